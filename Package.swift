@@ -1,0 +1,23 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "PersistentDefaults",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "PersistentDefaults", targets: ["PersistentDefaults"]),
+        .executable(name: "pd-demo", targets: ["pd-demo"]),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CLMDB",
+            path: "Sources/CLMDB",
+            pkgConfig: "lmdb",
+            providers: [.apt(["liblmdb-dev"])]
+        ),
+        .target(name: "PersistentDefaults", dependencies: ["CLMDB"]),
+        .executableTarget(name: "pd-demo", dependencies: ["PersistentDefaults"]),
+        .testTarget(name: "PersistentDefaultsTests", dependencies: ["PersistentDefaults", "CLMDB"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,159 @@
+import Foundation
+
+/// One committed write transaction, as the commit log keeps it.
+///
+/// ```swift
+/// for record in try store.commits(after: lastHandled) {
+///     print(record.sequence, record.changes.map(\.key))
+/// }
+/// ```
+public struct CommitRecord: Sendable, Equatable {
+    /// The commit's number: 1 for the first commit of a store, then one more each commit.
+    public let sequence: UInt64
+    /// When the commit was made (microsecond resolution).
+    public let timestamp: Date
+    /// The process that made it.
+    public let processID: Int32
+    /// Each key whose value changed, in the order first written.
+    public let changes: [Change]
+
+    /// One changed key.
+    public struct Change: Sendable, Equatable {
+        /// The key's name.
+        public let key: String
+        /// The new value's stored bytes (tag and payload), or nil when the key was removed.
+        public let encodedValue: [UInt8]?
+
+        /// Creates a change.
+        public init(key: String, encodedValue: [UInt8]?) {
+            self.key = key
+            self.encodedValue = encodedValue
+        }
+
+        /// The new value, or nil when the key was removed.
+        public func storedValue() throws(StoredValueError) -> StoredValue? {
+            guard let encodedValue else { return nil }
+            return try StoredValue(bytes: encodedValue)
+        }
+    }
+
+    /// Creates a record.
+    public init(sequence: UInt64, timestamp: Date, processID: Int32, changes: [Change]) {
+        self.sequence = sequence
+        self.timestamp = timestamp
+        self.processID = processID
+        self.changes = changes
+    }
+
+    /// The names of the changed keys.
+    public var changedKeys: [String] { changes.map(\.key) }
+
+    /// The format of a record's value in the log database.
+    static let formatVersion: UInt8 = 1
+    private static let setMark: UInt8 = 1
+    private static let removeMark: UInt8 = 2
+
+    /// The record's value in the log database (the sequence is its key).
+    var encoded: [UInt8] {
+        var writer = ByteWriter()
+        writer.append(Self.formatVersion)
+        writer.append(UInt64(bitPattern: Int64((timestamp.timeIntervalSince1970 * 1_000_000).rounded())))
+        writer.append(UInt32(bitPattern: processID))
+        writer.append(UInt32(changes.count))
+        for change in changes {
+            let name = Array(change.key.utf8)
+            writer.append(UInt16(name.count))
+            writer.append(contentsOf: name)
+            if let value = change.encodedValue {
+                writer.append(Self.setMark)
+                writer.append(UInt32(value.count))
+                writer.append(contentsOf: value)
+            } else {
+                writer.append(Self.removeMark)
+            }
+        }
+        return writer.bytes
+    }
+
+    /// Decodes a log record; throws on any malformed byte instead of guessing.
+    init(sequence: UInt64, bytes: UnsafeRawBufferPointer) throws(PersistentDefaultsError) {
+        var reader = ByteReader(bytes)
+        do throws(StoredValueError) {
+            let version = try reader.read(UInt8.self)
+            guard version == Self.formatVersion else { throw StoredValueError("record version \(version) is unknown") }
+            let micros = Int64(bitPattern: try reader.read(UInt64.self))
+            let pid = Int32(bitPattern: try reader.read(UInt32.self))
+            let count = try reader.read(UInt32.self)
+            // Each change takes at least 3 bytes; a larger count cannot be honest.
+            guard Int(count) <= reader.remaining / 3 else { throw StoredValueError("change count \(count) exceeds the record") }
+            var changes: [Change] = []
+            changes.reserveCapacity(Int(count))
+            for _ in 0..<count {
+                let nameLength = try reader.read(UInt16.self)
+                guard let name = String(validating: try reader.bytes(Int(nameLength)), as: UTF8.self) else {
+                    throw StoredValueError("a key name is not valid UTF-8")
+                }
+                switch try reader.read(UInt8.self) {
+                case Self.setMark:
+                    let length = try reader.read(UInt32.self)
+                    changes.append(Change(key: name, encodedValue: Array(try reader.bytes(Int(length)))))
+                case Self.removeMark:
+                    changes.append(Change(key: name, encodedValue: nil))
+                case let mark:
+                    throw StoredValueError("change mark \(mark) is unknown")
+                }
+            }
+            guard reader.remaining == 0 else { throw StoredValueError("\(reader.remaining) bytes after the last change") }
+            self.init(
+                sequence: sequence, timestamp: Date(timeIntervalSince1970: Double(micros) / 1_000_000),
+                processID: pid, changes: changes)
+        } catch {
+            throw .corruptLogRecord(sequence: sequence, reason: error.description)
+        }
+    }
+}
+
+/// Appends big-endian integers and bytes.
+struct ByteWriter {
+    var bytes: [UInt8] = []
+
+    mutating func append<T: FixedWidthInteger>(_ value: T) {
+        withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
+    }
+
+    mutating func append(contentsOf other: some Collection<UInt8>) { bytes.append(contentsOf: other) }
+}
+
+/// Reads big-endian integers and bytes, throwing past the end.
+struct ByteReader {
+    private let buffer: UnsafeRawBufferPointer
+    private var offset = 0
+
+    init(_ buffer: UnsafeRawBufferPointer) { self.buffer = buffer }
+
+    var remaining: Int { buffer.count - offset }
+
+    mutating func bytes(_ count: Int) throws(StoredValueError) -> UnsafeRawBufferPointer {
+        guard count <= remaining else { throw StoredValueError("record ends \(count - remaining) bytes early") }
+        defer { offset += count }
+        return UnsafeRawBufferPointer(rebasing: buffer[offset..<offset + count])
+    }
+
+    mutating func read<T: FixedWidthInteger>(_: T.Type) throws(StoredValueError) -> T {
+        let raw = try bytes(MemoryLayout<T>.size)
+        return raw.reduce(T.zero) { $0 << 8 | T($1) }
+    }
+}
+
+/// A sequence number as the log database's key: 8 bytes big-endian, so keys sort by number.
+func sequenceKey(_ sequence: UInt64) -> [UInt8] {
+    var writer = ByteWriter()
+    writer.append(sequence)
+    return writer.bytes
+}
+
+/// Reads a log database key; nil when it is not 8 bytes.
+func logSequence(fromKey key: UnsafeRawBufferPointer) -> UInt64? {
+    guard key.count == 8 else { return nil }
+    return key.reduce(0) { $0 << 8 | UInt64($1) }
+}

@@ -1,0 +1,115 @@
+extension PersistentDefaults {
+    /// The namespace of typed keys. Extend it with your keys, then use them as `.name`:
+    ///
+    /// ```swift
+    /// extension PersistentDefaults.Keys {
+    ///     static let launchCount = Key<Int>("launchCount", default: 0)
+    /// }
+    /// store[.launchCount] += 1
+    /// ```
+    ///
+    /// `@unchecked Sendable`: a class so that `Key<Value>` can inherit the static members users
+    /// declare here; it holds only immutable, Sendable stored properties.
+    public class Keys: @unchecked Sendable {
+        /// Lets key declarations inside `extension PersistentDefaults.Keys` say `Key<Int>(…)`.
+        public typealias Key = PersistentDefaults.Key
+
+        /// The key's name in the store.
+        public let name: String
+        /// The name's UTF-8 bytes, as stored.
+        let nameBytes: [UInt8]
+        /// Why the name cannot be stored, if it cannot.
+        let nameError: PersistentDefaultsError?
+
+        init(name: String) {
+            self.name = name
+            nameBytes = Array(name.utf8)
+            nameError = Self.validate(name: name, bytes: nameBytes.count)
+        }
+
+        /// LMDB's key size limit (`mdb_env_get_maxkeysize` with the default build).
+        public static let maximumNameLength = 511
+
+        static func validate(name: String, bytes: Int) -> PersistentDefaultsError? {
+            if bytes == 0 { return .invalidKeyName(name, reason: "a key name must not be empty") }
+            if bytes > maximumNameLength {
+                return .invalidKeyName(
+                    name, reason: "\(bytes) UTF-8 bytes; at most \(maximumNameLength) are allowed")
+            }
+            return nil
+        }
+
+        /// Throws when the name cannot be stored.
+        func validate() throws(PersistentDefaultsError) {
+            if let nameError { throw nameError }
+        }
+    }
+
+    /// A typed key: a name, a value type and the value read when nothing is stored.
+    ///
+    /// ```swift
+    /// let retries = PersistentDefaults.Key<Int>("retries", default: 3)
+    /// let username = PersistentDefaults.Key<String?>("username")      // default nil
+    /// ```
+    ///
+    /// Values of any `Codable` type can be stored; see ``StoredValue`` for how each is encoded.
+    /// A name that is empty or longer than 511 UTF-8 bytes makes every use of the key throw
+    /// ``PersistentDefaultsError/invalidKeyName(_:reason:)``.
+    public final class Key<Value: Sendable>: Keys, @unchecked Sendable {
+        // @unchecked Sendable: every stored property is immutable; the codec and hook closures
+        // capture only metatypes (see `ValueCodec`).
+
+        /// The value read while the key is not stored.
+        public let defaultValue: Value
+        let codec: ValueCodec<Value>
+        /// The default's bytes are `null`: setting nil removes the key instead of storing null.
+        let removesNil: Bool
+        /// seed-003 hook: remove instead of storing this value.
+        let shouldRemove: ((Value) -> Bool)?
+        /// seed-003 hook: whether to replace the stored value with a new one.
+        let shouldOverwrite: ((Value, Value) -> Bool)?
+
+        init(
+            name: String, defaultValue: Value, codec: ValueCodec<Value>,
+            shouldRemove: ((Value) -> Bool)? = nil,
+            shouldOverwrite: ((Value, Value) -> Bool)? = nil
+        ) {
+            self.defaultValue = defaultValue
+            self.codec = codec
+            removesNil = (try? codec.encode(defaultValue)) == [StoredValue.Tag.null.rawValue]
+            self.shouldRemove = shouldRemove
+            self.shouldOverwrite = shouldOverwrite
+            super.init(name: name)
+        }
+
+        /// Creates a key for any `Codable` value.
+        public convenience init(_ name: String, default defaultValue: Value) where Value: Codable {
+            self.init(name: name, defaultValue: defaultValue, codec: .automatic())
+        }
+
+        /// Creates a key for an optional value whose default is nil.
+        public convenience init<Wrapped: Codable>(_ name: String) where Value == Wrapped? {
+            self.init(name: name, defaultValue: nil, codec: .automatic())
+        }
+
+        /// Creates a key whose values are stored through a ``ValueConversion``.
+        ///
+        /// ```swift
+        /// let legacy = PersistentDefaults.Key<Bool>("legacy", default: false, conversion: IntBoolConversion.self)
+        /// ```
+        public convenience init<Conversion: ValueConversion>(
+            _ name: String, default defaultValue: Value, conversion: Conversion.Type
+        ) where Conversion.Value == Value, Conversion.Stored: Codable {
+            self.init(name: name, defaultValue: defaultValue, codec: .converting(through: conversion))
+        }
+    }
+}
+
+extension ValueCodec {
+    /// A codec that stores `Value` as `Conversion.Stored`.
+    static func converting<Conversion: ValueConversion>(through _: Conversion.Type) -> ValueCodec<Value>
+    where Conversion.Value == Value, Conversion.Stored: Codable {
+        ValueCodec<Conversion.Stored>.automatic().converted(
+            encode: { try Conversion.encode(value: $0) }, decode: { try Conversion.decode(data: $0) })
+    }
+}

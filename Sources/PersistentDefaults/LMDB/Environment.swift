@@ -1,0 +1,485 @@
+import CLMDB
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// An `MDB_env *`; owned by exactly one `Environment`, which closes it.
+typealias EnvironmentHandle = OpaquePointer
+/// An `MDB_txn *`; begun and ended inside one `Environment` scope.
+typealias TransactionHandle = OpaquePointer
+/// An LMDB database handle (`MDB_dbi`).
+typealias DatabaseHandle = MDB_dbi
+
+/// The one place where LMDB return codes become errors.
+@inline(__always)
+func check(_ code: Int32, _ operation: @autoclosure () -> String) throws(PersistentDefaultsError) {
+    if code != MDB_SUCCESS {
+        throw PersistentDefaultsError.lmdb(code: LMDBResultCode(rawValue: code), operation: operation())
+    }
+}
+
+/// Signals that the gate's exclusive side must be taken before a transaction is tried again.
+private enum RetrySignal: Error {
+    case mapResized
+    case mapFull
+}
+
+/// How to open an environment.
+struct EnvironmentConfiguration: Sendable, Equatable {
+    var path: String
+    var readOnly: Bool
+    var noSync: Bool
+    var mapSize: Int
+    var maxReaders: Int
+}
+
+/// Statistics of one LMDB database (`MDB_stat`).
+struct DatabaseStatistics: Sendable, Equatable {
+    var pageSize: Int
+    var depth: Int
+    var branchPages: Int
+    var leafPages: Int
+    var overflowPages: Int
+    var entries: Int
+}
+
+/// Facts about the environment (`MDB_envinfo`).
+struct EnvironmentInfo: Sendable, Equatable {
+    var mapSize: Int
+    var lastPage: Int
+    var lastTransactionID: Int
+    var maxReaders: Int
+    var readers: Int
+}
+
+/// One open LMDB environment: the only owner of its `MDB_env *`.
+///
+/// `@unchecked Sendable`: LMDB environments are thread-safe; every use of the handle happens
+/// under `gate` (shared for transactions, exclusive for map changes and close), the read pool
+/// sits behind a `Mutex`, and `writeSawMapFull` is touched only by the thread that holds LMDB's
+/// process-shared writer mutex.
+final class Environment: @unchecked Sendable {
+    fileprivate let handle: EnvironmentHandle
+    let gate = TransactionGate()
+    let configuration: EnvironmentConfiguration
+    /// Whether the environment was opened without LMDB's lock file (read-only directories).
+    let isLockless: Bool
+    private let readPool = Mutex<[PooledTransaction]>([])
+    private var isClosed = false
+    private var writeSawMapFull = false
+
+    /// Reset read transactions kept for reuse (`mdb_txn_reset` / `mdb_txn_renew`).
+    private struct PooledTransaction: @unchecked Sendable {
+        // @unchecked Sendable: a pooled transaction is reset (holds no snapshot) and is used by
+        // one thread at a time, which MDB_NOTLS allows.
+        let handle: TransactionHandle
+    }
+
+    private static let poolLimit = 16
+
+    init(_ configuration: EnvironmentConfiguration) throws(PersistentDefaultsError) {
+        self.configuration = configuration
+        do {
+            handle = try Self.open(configuration, lockless: false)
+            isLockless = false
+        } catch .lmdb(let code, _)
+            where configuration.readOnly && (code.rawValue == EACCES || code.rawValue == EROFS)
+        {
+            // The lock file cannot be created or opened for writing: a read-only directory.
+            // Without MDB_NOLOCK LMDB refuses; a read-only open of such a directory has no writer
+            // to coordinate with except one that could not have created its lock file here.
+            handle = try Self.open(configuration, lockless: true)
+            isLockless = true
+        }
+        if !isLockless {
+            var dead: Int32 = 0
+            // Crashed readers leave stale slots; lmdb.h: "Check for stale entries in the reader lock table."
+            try check(mdb_reader_check(handle, &dead), "mdb_reader_check")
+        }
+    }
+
+    private static func open(_ configuration: EnvironmentConfiguration, lockless: Bool)
+        throws(PersistentDefaultsError) -> EnvironmentHandle
+    {
+        var created: EnvironmentHandle?
+        try check(mdb_env_create(&created), "mdb_env_create")
+        guard let env = created else {
+            throw .lmdb(code: .invalid, operation: "mdb_env_create")
+        }
+        do {
+            try check(mdb_env_set_maxdbs(env, 8), "mdb_env_set_maxdbs")
+            try check(mdb_env_set_mapsize(env, configuration.mapSize), "mdb_env_set_mapsize")
+            try check(mdb_env_set_maxreaders(env, UInt32(configuration.maxReaders)), "mdb_env_set_maxreaders")
+            var flags = MDB_NOTLS | MDB_NORDAHEAD
+            if configuration.readOnly { flags |= MDB_RDONLY }
+            if configuration.noSync { flags |= MDB_NOSYNC }
+            if lockless { flags |= MDB_NOLOCK }
+            try check(
+                mdb_env_open(env, configuration.path, UInt32(bitPattern: flags), 0o600),
+                "mdb_env_open")
+        } catch {
+            // lmdb.h: "If this function fails, mdb_env_close() must be called to discard the MDB_env handle."
+            mdb_env_close(env)
+            throw error
+        }
+        return env
+    }
+
+    deinit { close() }
+
+    /// Ends pooled transactions and closes the environment; later calls do nothing.
+    func close() {
+        gate.withExclusive {
+            guard !isClosed else { return }
+            isClosed = true
+            abortPooledTransactions()
+            mdb_env_close(handle)
+        }
+    }
+
+    private func abortPooledTransactions() {
+        let pooled = readPool.withLock { pool in
+            defer { pool.removeAll() }
+            return pool
+        }
+        for transaction in pooled { mdb_txn_abort(transaction.handle) }
+    }
+
+    // MARK: Transactions
+
+    /// Runs `body` in a read transaction (a consistent snapshot), ended on every path.
+    func withRead<R>(_ body: (Transaction) throws -> R) throws -> R {
+        while true {
+            do {
+                return try gate.withShared {
+                    let transaction = try beginRead()
+                    defer { endRead(transaction) }
+                    return try body(Transaction(handle: transaction, environment: self))
+                }
+            } catch RetrySignal.mapResized {
+                try adoptMapSize()
+            }
+        }
+    }
+
+    private func beginRead() throws -> TransactionHandle {
+        if let pooled = readPool.withLock({ $0.popLast() }) {
+            let code = mdb_txn_renew(pooled.handle)
+            if code == MDB_SUCCESS { return pooled.handle }
+            mdb_txn_abort(pooled.handle)
+            if code == MDB_MAP_RESIZED { throw RetrySignal.mapResized }
+            try check(code, "mdb_txn_renew")
+        }
+        var transaction: TransactionHandle?
+        let code = mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &transaction)
+        if code == MDB_MAP_RESIZED { throw RetrySignal.mapResized }
+        try check(code, "mdb_txn_begin(read-only)")
+        guard let transaction else { throw PersistentDefaultsError.lmdb(code: .badTransaction, operation: "mdb_txn_begin") }
+        return transaction
+    }
+
+    private func endRead(_ transaction: TransactionHandle) {
+        mdb_txn_reset(transaction)
+        let kept = readPool.withLock { pool in
+            guard pool.count < Self.poolLimit else { return false }
+            pool.append(PooledTransaction(handle: transaction))
+            return true
+        }
+        if !kept { mdb_txn_abort(transaction) }
+    }
+
+    /// Runs `body` in a write transaction and commits it when `body` returns.
+    ///
+    /// When the map is full, the transaction is aborted, the map grown and `body` run again, so
+    /// `body` must have no effects outside the transaction. `sizeHint` is the number of bytes the
+    /// caller expects to write; the map is grown before the transaction when they would not fit.
+    /// An error thrown by `body` aborts the transaction and is rethrown.
+    func withWrite<R>(sizeHint: Int = 0, _ body: (Transaction) throws -> R) throws -> R {
+        if configuration.readOnly { throw PersistentDefaultsError.readOnly(path: configuration.path) }
+        if gate.isWritingOnCurrentThread { throw PersistentDefaultsError.nestedWrite }
+        var needed = sizeHint
+        while true {
+            if !gate.isHeldByCurrentThread, needsGrowth(forWriting: needed) { try grow(toFit: needed) }
+            do {
+                return try gate.withSharedWriting { try writeOnce(body) }
+            } catch RetrySignal.mapResized {
+                try adoptMapSize()
+            } catch RetrySignal.mapFull {
+                guard !gate.isHeldByCurrentThread else {
+                    throw PersistentDefaultsError.lmdb(code: .mapFull, operation: "grow the map inside a read on this thread")
+                }
+                needed = max(needed * 2, mapSize)
+                try grow(toFit: needed)
+            }
+        }
+    }
+
+    private func writeOnce<R>(_ body: (Transaction) throws -> R) throws -> R {
+        var begun: TransactionHandle?
+        let code = mdb_txn_begin(handle, nil, 0, &begun)
+        if code == MDB_MAP_RESIZED { throw RetrySignal.mapResized }
+        try check(code, "mdb_txn_begin")
+        guard let transaction = begun else { throw PersistentDefaultsError.lmdb(code: .badTransaction, operation: "mdb_txn_begin") }
+        writeSawMapFull = false
+        let result: R
+        do {
+            result = try body(Transaction(handle: transaction, environment: self))
+        } catch {
+            mdb_txn_abort(transaction)
+            if writeSawMapFull { throw RetrySignal.mapFull }
+            throw error
+        }
+        if writeSawMapFull {
+            mdb_txn_abort(transaction)
+            throw RetrySignal.mapFull
+        }
+        // lmdb.h: the transaction handle is freed by mdb_txn_commit whether it succeeds or not.
+        let commitCode = mdb_txn_commit(transaction)
+        if commitCode == MDB_MAP_FULL { throw RetrySignal.mapFull }
+        try check(commitCode, "mdb_txn_commit")
+        return result
+    }
+
+    /// Records that a put in the current write transaction hit `MDB_MAP_FULL`.
+    fileprivate func noteMapFull() { writeSawMapFull = true }
+
+    // MARK: Map size
+
+    private var mapSize: Int { info().mapSize }
+
+    private func needsGrowth(forWriting bytes: Int) -> Bool {
+        let facts = info()
+        let pageSize = Int(pageSizeValue)
+        let used = (facts.lastPage + 1) * pageSize
+        // Copy-on-write touches a branch path per change; twice the payload plus slack is a safe bound.
+        return used + 2 * bytes + 64 * pageSize > facts.mapSize
+    }
+
+    private lazy var pageSizeValue: UInt32 = {
+        var stat = MDB_stat()
+        _ = mdb_env_stat(handle, &stat)  // Cannot fail on an open environment.
+        return stat.ms_psize
+    }()
+
+    /// Grows the map so that `bytes` more fit, doubling up to 1 GiB and then adding 1 GiB steps.
+    private func grow(toFit bytes: Int) throws {
+        try gate.withExclusive {
+            let facts = info()
+            let used = (facts.lastPage + 1) * Int(pageSizeValue)
+            let gib = 1 << 30
+            var size = facts.mapSize
+            while size < used + 2 * bytes + (1 << 20) || size == facts.mapSize {
+                size = size < gib ? size * 2 : size + gib
+            }
+            try check(mdb_env_set_mapsize(handle, size), "mdb_env_set_mapsize(\(size))")
+        }
+    }
+
+    /// Adopts the map size another process set (lmdb.h: "call mdb_env_set_mapsize with a size of zero").
+    private func adoptMapSize() throws {
+        guard !gate.isHeldByCurrentThread else {
+            throw PersistentDefaultsError.lmdb(code: .mapResized, operation: "adopt the map size inside a read on this thread")
+        }
+        try gate.withExclusive {
+            abortPooledTransactions()
+            try check(mdb_env_set_mapsize(handle, 0), "mdb_env_set_mapsize(0)")
+        }
+    }
+
+    // MARK: Maintenance
+
+    /// Flushes written pages to disk (`mdb_env_sync` with force); does nothing once closed.
+    func sync() throws {
+        try gate.withShared {
+            guard !isClosed else { return }
+            try check(mdb_env_sync(handle, 1), "mdb_env_sync")
+        }
+    }
+
+    /// Environment facts (`mdb_env_info`).
+    func info() -> EnvironmentInfo {
+        var info = MDB_envinfo()
+        _ = mdb_env_info(handle, &info)  // Only reads the meta page; always returns 0.
+        return EnvironmentInfo(
+            mapSize: info.me_mapsize, lastPage: info.me_last_pgno, lastTransactionID: info.me_last_txnid,
+            maxReaders: Int(info.me_maxreaders), readers: Int(info.me_numreaders))
+    }
+
+    /// Statistics of the environment's main database (`mdb_env_stat`).
+    func statistics() -> DatabaseStatistics {
+        var stat = MDB_stat()
+        _ = mdb_env_stat(handle, &stat)  // Cannot fail on an open environment.
+        return DatabaseStatistics(stat)
+    }
+
+    /// Removes reader slots of dead processes; returns how many were cleared.
+    func clearStaleReaders() throws -> Int {
+        guard !isLockless else { return 0 }
+        var dead: Int32 = 0
+        try check(mdb_reader_check(handle, &dead), "mdb_reader_check")
+        return Int(dead)
+    }
+
+    /// The reader table as `mdb_reader_list` prints it.
+    func readerTable() -> String {
+        final class Lines { var text = "" }
+        let lines = Lines()
+        let context = Unmanaged.passUnretained(lines).toOpaque()
+        _ = mdb_reader_list(
+            handle,
+            { message, context in
+                guard let message, let context else { return -1 }
+                Unmanaged<Lines>.fromOpaque(context).takeUnretainedValue().text += String(cString: message)
+                return 0
+            }, context)
+        return lines.text
+    }
+
+    /// Writes a copy of the environment to the directory `path`, compacted when asked.
+    func copy(to path: String, compact: Bool) throws {
+        try gate.withShared {
+            try check(
+                mdb_env_copy2(handle, path, compact ? UInt32(MDB_CP_COMPACT) : 0),
+                "mdb_env_copy2(\(path))")
+        }
+    }
+}
+
+extension DatabaseStatistics {
+    init(_ stat: MDB_stat) {
+        self.init(
+            pageSize: Int(stat.ms_psize), depth: Int(stat.ms_depth), branchPages: stat.ms_branch_pages,
+            leafPages: stat.ms_leaf_pages, overflowPages: stat.ms_overflow_pages, entries: stat.ms_entries)
+    }
+}
+
+/// A live LMDB transaction, valid only inside the `Environment` scope that passed it.
+struct Transaction {
+    let handle: TransactionHandle
+    fileprivate unowned(unsafe) let environment: Environment
+
+    fileprivate init(handle: TransactionHandle, environment: Environment) {
+        self.handle = handle
+        self.environment = environment
+    }
+
+    /// Opens (and, in a write transaction, creates) a named database.
+    func openDatabase(_ name: String, create: Bool) throws(PersistentDefaultsError) -> DatabaseHandle? {
+        var database: MDB_dbi = 0
+        let code = mdb_dbi_open(handle, name, create ? UInt32(MDB_CREATE) : 0, &database)
+        if code == MDB_NOTFOUND { return nil }
+        try check(code, "mdb_dbi_open(\(name))")
+        return database
+    }
+
+    /// Passes the stored bytes of `key` (or nil) to `body`; the bytes are valid only inside `body`.
+    func withValue<R>(
+        _ database: DatabaseHandle, _ key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer?) throws -> R
+    ) throws -> R {
+        var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
+        var data = MDB_val()
+        let code = mdb_get(handle, database, &keyValue, &data)
+        if code == MDB_NOTFOUND { return try body(nil) }
+        try check(code, "mdb_get")
+        return try body(UnsafeRawBufferPointer(start: data.mv_data, count: data.mv_size))
+    }
+
+    /// Stores `value` under `key`.
+    func put(_ database: DatabaseHandle, _ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws {
+        var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
+        var data = MDB_val(mv_size: value.count, mv_data: UnsafeMutableRawPointer(mutating: value.baseAddress))
+        let code = mdb_put(handle, database, &keyValue, &data, 0)
+        if code == MDB_MAP_FULL { environment.noteMapFull() }
+        try check(code, "mdb_put")
+    }
+
+    /// Deletes `key`; returns whether it existed.
+    @discardableResult
+    func delete(_ database: DatabaseHandle, _ key: UnsafeRawBufferPointer) throws -> Bool {
+        var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
+        let code = mdb_del(handle, database, &keyValue, nil)
+        if code == MDB_NOTFOUND { return false }
+        if code == MDB_MAP_FULL { environment.noteMapFull() }
+        try check(code, "mdb_del")
+        return true
+    }
+
+    /// Deletes every entry of a database, keeping the database.
+    func empty(_ database: DatabaseHandle) throws {
+        let code = mdb_drop(handle, database, 0)
+        if code == MDB_MAP_FULL { environment.noteMapFull() }
+        try check(code, "mdb_drop")
+    }
+
+    /// Statistics of one database.
+    func statistics(_ database: DatabaseHandle) throws -> DatabaseStatistics {
+        var stat = MDB_stat()
+        try check(mdb_stat(handle, database, &stat), "mdb_stat")
+        return DatabaseStatistics(stat)
+    }
+
+    /// Visits entries in key order from the first key at or after `start` (or from the first or
+    /// last entry), until `body` returns false. Bytes are valid only inside `body`.
+    func forEach(
+        _ database: DatabaseHandle, from start: UnsafeRawBufferPointer? = nil, reverse: Bool = false,
+        _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool
+    ) throws {
+        var opened: OpaquePointer?
+        try check(mdb_cursor_open(handle, database, &opened), "mdb_cursor_open")
+        guard let cursor = opened else { return }
+        defer { mdb_cursor_close(cursor) }
+        var key = MDB_val()
+        var data = MDB_val()
+        var operation: MDB_cursor_op
+        if let start {
+            key = MDB_val(mv_size: start.count, mv_data: UnsafeMutableRawPointer(mutating: start.baseAddress))
+            operation = MDB_SET_RANGE
+        } else {
+            operation = reverse ? MDB_LAST : MDB_FIRST
+        }
+        while true {
+            let code = mdb_cursor_get(cursor, &key, &data, operation)
+            if code == MDB_NOTFOUND { return }
+            try check(code, "mdb_cursor_get")
+            let keyBytes = UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)
+            let valueBytes = UnsafeRawBufferPointer(start: data.mv_data, count: data.mv_size)
+            guard try body(keyBytes, valueBytes) else { return }
+            operation = reverse ? MDB_PREV : MDB_NEXT
+        }
+    }
+}
+
+extension Environment {
+    /// Runs `body` in a transaction that is committed, so that database handles it opens stay
+    /// valid (lmdb.h: "After a successful commit the handle will reside in the shared environment").
+    func withSetup<R>(write: Bool, _ body: (Transaction) throws -> R) throws -> R {
+        if write { return try withWrite(body) }
+        return try gate.withShared {
+            var begun: TransactionHandle?
+            try check(mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &begun), "mdb_txn_begin(read-only)")
+            guard let transaction = begun else { throw PersistentDefaultsError.lmdb(code: .badTransaction, operation: "mdb_txn_begin") }
+            let result: R
+            do {
+                result = try body(Transaction(handle: transaction, environment: self))
+            } catch {
+                mdb_txn_abort(transaction)
+                throw error
+            }
+            try check(mdb_txn_commit(transaction), "mdb_txn_commit(read-only)")
+            return result
+        }
+    }
+}
+
+extension Transaction {
+    /// Whether the environment's main database is empty: nothing but possibly a fresh file.
+    func isEmptyEnvironment() throws -> Bool {
+        var main: MDB_dbi = 0
+        try check(mdb_dbi_open(handle, nil, 0, &main), "mdb_dbi_open(main)")
+        return try statistics(main).entries == 0
+    }
+}

@@ -1,0 +1,76 @@
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Keeps LMDB transactions and map changes of one environment apart.
+///
+/// lmdb.h on `mdb_env_set_mapsize`: "This function may only be called if no transactions are
+/// active in this process. Note that the library does not check for this condition, the caller
+/// must ensure it explicitly." Every transaction, and the background flush, holds the gate
+/// shared; growing the map, adopting another process's map size and closing hold it exclusive.
+///
+/// The gate also remembers, per thread, how deep the thread is in shared sections and whether it
+/// is inside a write transaction, so that a nested write is refused instead of deadlocking on
+/// LMDB's writer mutex, and a thread never waits for the exclusive side while it holds the
+/// shared side itself.
+final class TransactionGate: @unchecked Sendable {
+    // @unchecked Sendable: the rwlock is the synchronisation itself, and the thread-local key
+    // is only read and written for the calling thread.
+    private let lock: UnsafeMutablePointer<pthread_rwlock_t>
+    private var threadState: pthread_key_t = 0
+
+    init() {
+        lock = .allocate(capacity: 1)
+        // The default (reader-preferring) kind: a thread may take the shared side again while it
+        // holds it, which nested reads need.
+        _ = pthread_rwlock_init(lock, nil)  // Only fails for lack of memory.
+        _ = pthread_key_create(&threadState, nil)  // Fails only past PTHREAD_KEYS_MAX keys.
+    }
+
+    deinit {
+        pthread_key_delete(threadState)
+        pthread_rwlock_destroy(lock)
+        lock.deallocate()
+    }
+
+    private var state: Int {
+        get { Int(bitPattern: pthread_getspecific(threadState)) }
+        set { _ = pthread_setspecific(threadState, UnsafeRawPointer(bitPattern: newValue)) }
+    }
+
+    /// Whether the calling thread holds the shared side.
+    var isHeldByCurrentThread: Bool { state >> 1 > 0 }
+
+    /// Whether the calling thread is inside a write transaction.
+    var isWritingOnCurrentThread: Bool { state & 1 == 1 }
+
+    /// Runs `body` with the shared side held.
+    @inline(__always)
+    func withShared<R>(_ body: () throws -> R) rethrows -> R {
+        pthread_rwlock_rdlock(lock)
+        state += 2
+        defer {
+            state -= 2
+            pthread_rwlock_unlock(lock)
+        }
+        return try body()
+    }
+
+    /// Runs `body` with the shared side held and the thread marked as writing.
+    func withSharedWriting<R>(_ body: () throws -> R) rethrows -> R {
+        try withShared {
+            state |= 1
+            defer { state &= ~1 }
+            return try body()
+        }
+    }
+
+    /// Runs `body` with the exclusive side held. The caller must not hold the shared side.
+    func withExclusive<R>(_ body: () throws -> R) rethrows -> R {
+        pthread_rwlock_wrlock(lock)
+        defer { pthread_rwlock_unlock(lock) }
+        return try body()
+    }
+}

@@ -1,0 +1,56 @@
+import Foundation
+
+extension PersistentDefaults {
+    /// How a store is opened.
+    ///
+    /// ```swift
+    /// var options = PersistentDefaults.Options()
+    /// options.durability = .bounded(interval: .milliseconds(200))
+    /// options.logRetention = 1_000
+    /// let store = try PersistentDefaults(path: dir, options: options)
+    /// ```
+    public struct Options: Sendable {
+        /// When a commit reaches the disk. Default ``Durability/sync``.
+        public var durability: Durability = .sync
+        /// Open without writing: writes throw ``PersistentDefaultsError/readOnly(path:)``, and a
+        /// missing store is an error instead of being created.
+        public var readOnly = false
+        /// The first size of the memory map in bytes; the map grows by itself. Default 1 MiB.
+        public var initialMapSize = 1 << 20
+        /// How many commit-log records to keep; older ones are pruned. At least 1. Default 10,000.
+        public var logRetention = 10_000
+        /// Reader slots in the lock file (`mdb_env_set_maxreaders`). Default 126, LMDB's default.
+        public var maxReaders = 126
+        /// Receives errors that the non-throwing API cannot throw: a subscript write that failed,
+        /// a stored value that does not decode (reported once per key and reason), a background
+        /// flush that failed. Default: one line on standard error.
+        public var errorHandler: @Sendable (PersistentDefaultsError) -> Void = Options.printToStandardError
+
+        /// Options with the defaults.
+        public init() {}
+
+        /// Writes `error` as one line to standard error.
+        public static let printToStandardError: @Sendable (PersistentDefaultsError) -> Void = { error in
+            FileHandle.standardError.write(Data("PersistentDefaults: \(error)\n".utf8))
+        }
+    }
+
+    /// When a committed write reaches the disk.
+    public enum Durability: Sendable, Equatable, CustomStringConvertible {
+        /// Every commit is durable when the call returns: LMDB writes the pages, `fdatasync`s,
+        /// then writes and syncs the meta page. About 120 µs per commit on a virtual disk.
+        case sync
+        /// Commits skip `fsync` (`MDB_NOSYNC`); a background task flushes every `interval` and
+        /// when the store closes. A killed process loses nothing (its writes are in the page
+        /// cache); a machine crash or power loss can lose the commits of the last `interval`.
+        case bounded(interval: Duration)
+
+        /// `sync` or `bounded(<interval>)`.
+        public var description: String {
+            switch self {
+            case .sync: "sync"
+            case .bounded(let interval): "bounded(\(interval))"
+            }
+        }
+    }
+}

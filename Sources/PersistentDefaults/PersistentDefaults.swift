@@ -1,0 +1,196 @@
+import Foundation
+
+/// A UserDefaults-style store of typed settings, kept in LMDB.
+///
+/// ```swift
+/// extension PersistentDefaults.Keys {
+///     static let launchCount = Key<Int>("launchCount", default: 0)
+/// }
+///
+/// let store = try PersistentDefaults(path: "/var/lib/myservice/settings")
+/// store[.launchCount] += 1                      // durable when it returns (`.sync`)
+/// try store.write { tx in tx[.launchCount] = 10 } // atomic, several keys at once
+/// ```
+///
+/// A store is `Sendable` and safe to use from any thread or task. Opening the same directory
+/// again in one process shares one LMDB environment; several processes may open it at once.
+public final class PersistentDefaults: Sendable {
+    let core: StoreCore
+    private let isReadOnly: Bool
+
+    /// Opens the store in the directory `path`, creating the directory (mode 0700) and the store
+    /// when they are missing, unless `options.readOnly` is set.
+    ///
+    /// Throws ``PersistentDefaultsError/notAStore(path:reason:)`` for a path that is no store,
+    /// ``PersistentDefaultsError/unsupportedFormatVersion(found:supported:)`` for a store written
+    /// by a newer version, and ``PersistentDefaultsError/optionsConflict(path:reason:)`` when the
+    /// store is already open in this process with another durability or as read-only.
+    public init(path: String, options: Options = Options()) throws {
+        core = try StoreRegistry.acquire(path: path, options: options)
+        isReadOnly = options.readOnly
+    }
+
+    /// Opens the store in the directory at `url`; see ``init(path:options:)``.
+    public convenience init(url: URL, options: Options = Options()) throws {
+        try self.init(path: url.path, options: options)
+    }
+
+    deinit { StoreRegistry.release(core) }
+
+    /// The store's directory, as an absolute path.
+    public var path: String { core.path }
+
+    /// The options the store was first opened with in this process.
+    public var options: Options { core.options }
+
+    // MARK: Reading
+
+    /// The key's value, or its default when nothing is stored.
+    ///
+    /// Throws ``PersistentDefaultsError/decodingFailed(key:type:reason:)`` when the stored value
+    /// does not decode as `Value`, and LMDB errors when the store cannot be read.
+    public func value<Value>(for key: Key<Value>) throws -> Value {
+        try core.environment.withRead { try core.value(key, in: $0) }
+    }
+
+    /// A key type's value; see ``value(for:)-(Key<Value>)``.
+    public func value<K: PersistentDefaultsKey>(for key: K) throws -> K.Value where K.Conversion.Stored: Codable {
+        try value(for: K.key)
+    }
+
+    /// Reads and writes a key without throwing.
+    ///
+    /// A read that fails returns the default and reports the error once (see
+    /// ``Options/errorHandler``); a write that fails is reported and leaves the old value.
+    public subscript<Value>(key: Key<Value>) -> Value {
+        get {
+            do {
+                return try core.environment.withRead { core.valueOrDefault(key, in: $0) }
+            } catch {
+                core.reporter.reportOnce(error)
+                return key.defaultValue
+            }
+        }
+        set {
+            do { try set(newValue, for: key) } catch { core.reporter.report(error) }
+        }
+    }
+
+    /// Reads and writes a key type's value without throwing; see ``subscript(_:)-(Key<Value>)``.
+    public subscript<K: PersistentDefaultsKey>(key: K) -> K.Value where K.Conversion.Stored: Codable {
+        get { self[K.key] }
+        set { self[K.key] = newValue }
+    }
+
+    /// Whether a value is stored for the key (a key at its default may not be stored).
+    public func contains(_ key: Keys) throws -> Bool {
+        try read { try $0.contains(key) }
+    }
+
+    /// Whether a value is stored for the key type.
+    public func contains<K: PersistentDefaultsKey>(_ key: K) throws -> Bool where K.Conversion.Stored: Codable {
+        try contains(K.key)
+    }
+
+    /// The names of all stored keys, sorted by their UTF-8 bytes.
+    public func keyNames() throws -> [String] { try read { try $0.keyNames() } }
+
+    /// The stored value of the key named `name`, untyped: what `pdinspect get` prints.
+    public func storedValue(named name: String) throws -> StoredValue? {
+        try read { try $0.storedValue(named: name) }
+    }
+
+    /// Runs `body` with a consistent snapshot: every read in it sees the same commit.
+    ///
+    /// ```swift
+    /// let (count, frame) = try store.read { ($0[.launchCount], $0[.frame]) }
+    /// ```
+    public func read<R>(_ body: (Snapshot) throws -> R) throws -> R {
+        try core.environment.withRead { transaction in
+            let snapshot = Snapshot(core: core, transaction: transaction)
+            defer { snapshot.invalidate() }
+            return try body(snapshot)
+        }
+    }
+
+    /// The commit-log records after `sequence`, oldest first, at most `limit`.
+    ///
+    /// Persist the last sequence you handled and pass it after a restart to catch up. Records
+    /// older than the retention (``Options/logRetention``) are gone; compare
+    /// ``lastSequence()`` and the first record's sequence to tell.
+    public func commits(after sequence: UInt64, limit: Int = .max) throws -> [CommitRecord] {
+        try read { try $0.commits(after: sequence, limit: limit) }
+    }
+
+    /// The sequence number of the newest commit, 0 for a store never written.
+    public func lastSequence() throws -> UInt64 {
+        try core.environment.withRead { try core.lastSequence(in: $0) }
+    }
+
+    // MARK: Writing
+
+    /// Stores `value` for `key` in its own transaction; durable on return in `.sync` mode.
+    public func set<Value>(_ value: Value, for key: Key<Value>) throws {
+        try key.validate()
+        let size = try core.encode(value, for: key).count
+        try write(sizeHint: size) { try $0.set(value, for: key) }
+    }
+
+    /// Stores a key type's value, applying its `shouldRemove` and `shouldOverwrite` hooks.
+    public func set<K: PersistentDefaultsKey>(_ value: K.Value, for key: K) throws where K.Conversion.Stored: Codable {
+        try set(value, for: K.key)
+    }
+
+    /// Removes the key; reads give its default again.
+    public func remove(_ key: Keys) throws {
+        try write { try $0.remove(key) }
+    }
+
+    /// Removes a key type's value.
+    public func remove<K: PersistentDefaultsKey>(_ key: K) throws where K.Conversion.Stored: Codable {
+        try remove(K.key)
+    }
+
+    /// Removes every stored key in one transaction.
+    public func removeAll() throws {
+        try write { try $0.removeAll() }
+    }
+
+    /// Runs `body` in one atomic LMDB write transaction and commits it when `body` returns.
+    ///
+    /// ```swift
+    /// try store.write { tx in
+    ///     tx[.launchCount] += 1
+    ///     tx[.frame] = WindowFrame(x: 1, y: 2, title: "Main")
+    /// }
+    /// ```
+    ///
+    /// If `body` throws, nothing is written and the error is rethrown. Write transactions are
+    /// serialised across threads and processes, so a read-modify-write in `body` never loses an
+    /// update. `body` must not start another write on the same thread
+    /// (``PersistentDefaultsError/nestedWrite``) and should have no effects outside the
+    /// transaction: if the store must grow its map, `body` runs again.
+    public func write<R>(_ body: (WriteTransaction) throws -> R) throws -> R {
+        try write(sizeHint: 0, body)
+    }
+
+    private func write<R>(sizeHint: Int, _ body: (WriteTransaction) throws -> R) throws -> R {
+        if isReadOnly { throw PersistentDefaultsError.readOnly(path: path) }
+        return try core.write(sizeHint: sizeHint, body)
+    }
+
+    /// Flushes commits to disk now; in `.sync` mode they already are.
+    public func flush() throws { try core.environment.sync() }
+}
+
+extension StoreCore {
+    /// The newest log sequence number in `transaction`, 0 when the log is empty.
+    func lastSequence(in transaction: Transaction) throws -> UInt64 {
+        var last: UInt64 = 0
+        try transaction.forEach(databases.log, reverse: true) { key, _ in
+            last = logSequence(fromKey: key) ?? 0
+            return false
+        }
+        return last
+    }
+}

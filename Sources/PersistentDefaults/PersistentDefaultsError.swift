@@ -1,0 +1,72 @@
+/// Every error that PersistentDefaults throws or reports.
+///
+/// Match the case you care about and let the rest propagate:
+///
+/// ```swift
+/// do {
+///     try store.set(hugeName, for: key)
+/// } catch PersistentDefaultsError.invalidKeyName(let name, let reason) {
+///     print("bad key \(name): \(reason)")
+/// }
+/// ```
+public enum PersistentDefaultsError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// An LMDB call failed; `code` is the raw LMDB or `errno` code.
+    case lmdb(code: LMDBResultCode, operation: String)
+    /// A key name is empty or longer than LMDB allows (511 UTF-8 bytes).
+    case invalidKeyName(String, reason: String)
+    /// The stored bytes of `key` do not decode as the key's type.
+    case decodingFailed(key: String, type: String, reason: String)
+    /// A value of `key` could not be encoded.
+    case encodingFailed(key: String, type: String, reason: String)
+    /// The store was written in a newer on-disk format than this library reads.
+    case unsupportedFormatVersion(found: UInt32, supported: UInt32)
+    /// The path is not a PersistentDefaults store (missing, not a directory, or foreign data).
+    case notAStore(path: String, reason: String)
+    /// A file-system call failed with `errno`.
+    case fileSystem(path: String, errno: Int32, operation: String)
+    /// The store was opened read-only and a write was attempted.
+    case readOnly(path: String)
+    /// A write was started inside another write on the same thread, which would deadlock.
+    case nestedWrite
+    /// The store is open in this process with options that conflict with the requested ones.
+    case optionsConflict(path: String, reason: String)
+    /// A commit-log record is malformed.
+    case corruptLogRecord(sequence: UInt64, reason: String)
+
+    /// The LMDB code, when the error came from LMDB or the file system.
+    public var code: LMDBResultCode? {
+        switch self {
+        case .lmdb(let code, _): code
+        case .fileSystem(_, let errno, _): LMDBResultCode(rawValue: errno)
+        default: nil
+        }
+    }
+
+    /// A one-line readable message.
+    public var description: String {
+        switch self {
+        case .lmdb(let code, let operation):
+            "\(operation) failed: \(code) (LMDB code \(code.rawValue))"
+        case .invalidKeyName(let name, let reason):
+            "invalid key name \"\(name.prefix(40))\(name.count > 40 ? "…" : "")\": \(reason)"
+        case .decodingFailed(let key, let type, let reason):
+            "value of key \"\(key)\" does not decode as \(type): \(reason)"
+        case .encodingFailed(let key, let type, let reason):
+            "value of key \"\(key)\" could not be encoded as \(type): \(reason)"
+        case .unsupportedFormatVersion(let found, let supported):
+            "store has on-disk format version \(found); this library reads up to version \(supported)"
+        case .notAStore(let path, let reason):
+            "\(path) is not a PersistentDefaults store: \(reason)"
+        case .fileSystem(let path, let errno, let operation):
+            "\(operation) \(path) failed: \(LMDBResultCode(rawValue: errno)) (errno \(errno))"
+        case .readOnly(let path):
+            "store \(path) is open read-only; writes are refused"
+        case .nestedWrite:
+            "a write was started inside another write on the same thread; do it inside the outer transaction"
+        case .optionsConflict(let path, let reason):
+            "store \(path) is already open in this process with other options: \(reason)"
+        case .corruptLogRecord(let sequence, let reason):
+            "commit log record \(sequence) is malformed: \(reason)"
+        }
+    }
+}

@@ -1,0 +1,311 @@
+import Dispatch
+import Foundation
+import Synchronization
+
+/// The named LMDB databases of a store.
+struct Databases: Sendable {
+    /// Key name → stored value.
+    var values: DatabaseHandle
+    /// Sequence number (8 bytes big-endian) → commit record.
+    var log: DatabaseHandle
+    /// Store facts such as the format version.
+    var meta: DatabaseHandle
+
+    static let valuesName = "values"
+    static let logName = "log"
+    static let metaName = "meta"
+    /// Meta key holding the format version as 4 bytes big-endian.
+    static let formatVersionKey = Array("format-version".utf8)
+}
+
+/// What every handle of one store path in this process shares: the environment, the database
+/// handles, the error reporter and the background flusher.
+final class StoreCore: Sendable {
+    /// The on-disk format this library writes and the newest it reads.
+    static let formatVersion: UInt32 = 1
+
+    let path: String
+    let options: PersistentDefaults.Options
+    let environment: Environment
+    let databases: Databases
+    let reporter: ErrorReporter
+    private let flusher: Flusher?
+    private let commitHandlers = Mutex<[@Sendable (CommitRecord) -> Void]>([])
+
+    init(path: String, options: PersistentDefaults.Options) throws {
+        self.path = path
+        self.options = options
+        reporter = ErrorReporter(handler: options.errorHandler)
+        let files = try StoreFiles.prepare(path: path, readOnly: options.readOnly)
+        let noSync: Bool =
+            if case .bounded = options.durability { true } else { false }
+        environment = try Environment(
+            EnvironmentConfiguration(
+                path: path, readOnly: options.readOnly, noSync: noSync,
+                mapSize: max(options.initialMapSize, 64 << 10), maxReaders: options.maxReaders))
+        if files.createdData { try StoreFiles.restrictModes(in: path) }
+        do {
+            databases = try Self.openDatabases(environment, path: path, readOnly: options.readOnly)
+        } catch {
+            environment.close()
+            throw error
+        }
+        if case .bounded(let interval) = options.durability, !options.readOnly {
+            flusher = Flusher(environment: environment, interval: interval, reporter: reporter)
+        } else {
+            flusher = nil
+        }
+    }
+
+    /// Flushes and closes; the last handle of the path calls this.
+    func close() {
+        flusher?.stop()
+        environment.close()
+    }
+
+    private static func openDatabases(_ environment: Environment, path: String, readOnly: Bool) throws -> Databases {
+        try environment.withSetup(write: !readOnly) { transaction in
+            guard let meta = try transaction.openDatabase(Databases.metaName, create: false) else {
+                guard !readOnly, try transaction.isEmptyEnvironment() else {
+                    throw PersistentDefaultsError.notAStore(
+                        path: path, reason: "the LMDB environment has no \"\(Databases.metaName)\" database")
+                }
+                return try initialize(transaction)
+            }
+            let version: UInt32? = try Databases.formatVersionKey.withUnsafeBytes { key in
+                try transaction.withValue(meta, key) { bytes in
+                    guard let bytes, bytes.count == 4 else { return nil }
+                    return bytes.reduce(0) { $0 << 8 | UInt32($1) }
+                }
+            }
+            guard let version else {
+                throw PersistentDefaultsError.notAStore(path: path, reason: "the format version is missing or malformed")
+            }
+            guard version <= formatVersion else {
+                throw PersistentDefaultsError.unsupportedFormatVersion(found: version, supported: formatVersion)
+            }
+            guard let values = try transaction.openDatabase(Databases.valuesName, create: false),
+                let log = try transaction.openDatabase(Databases.logName, create: false)
+            else {
+                throw PersistentDefaultsError.notAStore(path: path, reason: "the values or log database is missing")
+            }
+            return Databases(values: values, log: log, meta: meta)
+        }
+    }
+
+    private static func initialize(_ transaction: Transaction) throws -> Databases {
+        func create(_ name: String) throws -> DatabaseHandle {
+            guard let handle = try transaction.openDatabase(name, create: true) else {
+                throw PersistentDefaultsError.lmdb(code: .notFound, operation: "mdb_dbi_open(\(name))")
+            }
+            return handle
+        }
+        let databases = Databases(
+            values: try create(Databases.valuesName), log: try create(Databases.logName),
+            meta: try create(Databases.metaName))
+        var version = ByteWriter()
+        version.append(formatVersion)
+        try Databases.formatVersionKey.withUnsafeBytes { key in
+            try version.bytes.withUnsafeBytes { try transaction.put(databases.meta, key, $0) }
+        }
+        return databases
+    }
+
+    // MARK: Writing
+
+    /// Runs `body` in one write transaction, logs the changes it made and, after the commit,
+    /// tells the commit handlers. Nothing is written when `body` throws.
+    func write<R>(sizeHint: Int = 0, _ body: (WriteTransaction) throws -> R) throws -> R {
+        var committed: CommitRecord?
+        let result = try environment.withWrite(sizeHint: sizeHint) { transaction in
+            let writer = WriteTransaction(core: self, transaction: transaction)
+            defer { writer.invalidate() }
+            let result = try body(writer)
+            committed = try writer.finish()
+            return result
+        }
+        if let committed {
+            flusher?.markDirty()
+            let handlers = commitHandlers.withLock { $0 }
+            for handler in handlers { handler(committed) }
+        }
+        return result
+    }
+
+    /// Appends `changes` as the next record and prunes records past the retention.
+    func appendLog(_ changes: [CommitRecord.Change], in transaction: Transaction) throws -> CommitRecord {
+        let record = CommitRecord(
+            sequence: try lastSequence(in: transaction) + 1, timestamp: Date(), processID: getpid(), changes: changes)
+        let encoded = record.encoded
+        try sequenceKey(record.sequence).withUnsafeBytes { key in
+            try encoded.withUnsafeBytes { try transaction.put(databases.log, key, $0) }
+        }
+        let retention = UInt64(max(options.logRetention, 1))
+        if record.sequence > retention {
+            let cutoff = record.sequence - retention
+            var expired: [[UInt8]] = []
+            try transaction.forEach(databases.log) { key, _ in
+                guard let number = logSequence(fromKey: key), number <= cutoff else { return false }
+                expired.append(Array(key))
+                return true
+            }
+            for key in expired { try key.withUnsafeBytes { _ = try transaction.delete(databases.log, $0) } }
+        }
+        return record
+    }
+
+    /// Registers a handler called after every commit made through this process.
+    func addCommitHandler(_ handler: @escaping @Sendable (CommitRecord) -> Void) {
+        commitHandlers.withLock { $0.append(handler) }
+    }
+
+    // MARK: Reading
+
+    /// Decodes `key`'s value in `transaction`, or its default when it is not stored.
+    func value<Value>(_ key: PersistentDefaults.Key<Value>, in transaction: Transaction) throws -> Value {
+        try key.validate()
+        return try key.nameBytes.withUnsafeBytes { name in
+            try transaction.withValue(databases.values, name) { bytes in
+                guard let bytes else { return key.defaultValue }
+                do throws(StoredValueError) {
+                    return try key.codec.decode(bytes)
+                } catch {
+                    throw PersistentDefaultsError.decodingFailed(
+                        key: key.name, type: "\(Value.self)", reason: error.description)
+                }
+            }
+        }
+    }
+
+    /// `value(_:in:)`, but a failure is reported and the default returned.
+    func valueOrDefault<Value>(_ key: PersistentDefaults.Key<Value>, in transaction: Transaction) -> Value {
+        do {
+            return try value(key, in: transaction)
+        } catch {
+            reporter.reportOnce(error)
+            return key.defaultValue
+        }
+    }
+
+    /// The stored bytes of `name`, copied.
+    func encodedValue(named name: [UInt8], in transaction: Transaction) throws -> [UInt8]? {
+        try name.withUnsafeBytes { key in
+            try transaction.withValue(databases.values, key) { $0.map { Array($0) } }
+        }
+    }
+
+    /// The names of the stored keys, sorted by their bytes.
+    func keyNames(in transaction: Transaction) throws -> [String] {
+        var names: [String] = []
+        try transaction.forEach(databases.values) { key, _ in
+            names.append(String(decoding: key, as: UTF8.self))
+            return true
+        }
+        return names
+    }
+
+    /// The records after `sequence`, oldest first, at most `limit`.
+    func commits(after sequence: UInt64, limit: Int, in transaction: Transaction) throws -> [CommitRecord] {
+        var records: [CommitRecord] = []
+        guard sequence < .max, limit > 0 else { return records }
+        try sequenceKey(sequence + 1).withUnsafeBytes { start in
+            try transaction.forEach(databases.log, from: start) { key, value in
+                guard let number = logSequence(fromKey: key) else {
+                    throw PersistentDefaultsError.corruptLogRecord(sequence: 0, reason: "a log key is not 8 bytes")
+                }
+                records.append(try CommitRecord(sequence: number, bytes: value))
+                return records.count < limit
+            }
+        }
+        return records
+    }
+}
+
+/// `logSequence(fromKey:)`, under a name that does not clash with the `sequence` parameters above.
+private func PersistentDefaults_sequence(_ key: UnsafeRawBufferPointer) -> UInt64? { logSequence(fromKey: key) }
+
+/// Passes errors to the handler; decoding failures only once per key and reason.
+final class ErrorReporter: Sendable {
+    private let handler: @Sendable (PersistentDefaultsError) -> Void
+    private let reported = Mutex<Set<String>>([])
+
+    init(handler: @escaping @Sendable (PersistentDefaultsError) -> Void) { self.handler = handler }
+
+    func report(_ error: any Error) {
+        handler(error as? PersistentDefaultsError ?? .lmdb(code: .invalid, operation: "\(error)"))
+    }
+
+    func reportOnce(_ error: any Error) {
+        let text = "\(error)"
+        let isNew = reported.withLock { seen in
+            guard seen.count < 10_000 else { return false }
+            return seen.insert(text).inserted
+        }
+        if isNew { report(error) }
+    }
+}
+
+/// Flushes a `bounded` store's commits to disk in the background.
+///
+/// `@unchecked Sendable`: the dispatch timer is thread-safe and set up once in `init`; the
+/// rest is an `Atomic` and Sendable references.
+final class Flusher: @unchecked Sendable {
+    private let environment: Environment
+    private let timer: any DispatchSourceTimer
+    private let dirty = Atomic<Bool>(false)
+    private let reporter: ErrorReporter
+
+    init(environment: Environment, interval: Duration, reporter: ErrorReporter) {
+        self.environment = environment
+        self.reporter = reporter
+        let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "PersistentDefaults.flush"))
+        let nanoseconds = max(Int(interval.components.seconds) * 1_000_000_000 + Int(interval.components.attoseconds / 1_000_000_000), 1_000_000)
+        timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .nanoseconds(nanoseconds))
+        self.timer = timer
+        timer.setEventHandler { [weak self] in self?.flush() }
+        timer.resume()
+    }
+
+    func markDirty() { dirty.store(true, ordering: .releasing) }
+
+    private func flush() {
+        guard dirty.exchange(false, ordering: .acquiringAndReleasing) else { return }
+        do { try environment.sync() } catch {
+            dirty.store(true, ordering: .releasing)
+            reporter.report(error)
+        }
+    }
+
+    /// Stops the timer and flushes what is left.
+    func stop() {
+        timer.cancel()
+        flush()
+    }
+}
+
+extension StoreCore {
+    /// Encodes `value` for `key`, as an error that names the key.
+    func encode<Value>(_ value: Value, for key: PersistentDefaults.Key<Value>) throws(PersistentDefaultsError) -> [UInt8] {
+        do {
+            return try key.codec.encode(value)
+        } catch {
+            throw .encodingFailed(key: key.name, type: "\(Value.self)", reason: error.description)
+        }
+    }
+
+    /// The stored value of `name`, untyped; nil when absent.
+    func storedValue(named name: String, in transaction: Transaction) throws -> StoredValue? {
+        let key = PersistentDefaults.Keys(name: name)
+        try key.validate()
+        return try key.nameBytes.withUnsafeBytes { nameBytes in
+            try transaction.withValue(databases.values, nameBytes) { (bytes) -> StoredValue? in
+                guard let bytes else { return nil }
+                do throws(StoredValueError) {
+                    return try StoredValue(bytes: bytes)
+                } catch {
+                    throw PersistentDefaultsError.decodingFailed(key: name, type: "StoredValue", reason: error.description)
+                }
+            }
+        }
+    }
+}

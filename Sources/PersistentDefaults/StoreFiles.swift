@@ -1,0 +1,80 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// The directory and files of a store, and their permissions.
+enum StoreFiles {
+    static let dataFile = "data.mdb"
+    static let lockFile = "lock.mdb"
+
+    struct Prepared {
+        /// Whether `data.mdb` did not exist yet, so the store is new.
+        var createdData: Bool
+    }
+
+    /// Checks the store directory, creating it (mode 0700) unless opening read-only.
+    static func prepare(path: String, readOnly: Bool) throws(PersistentDefaultsError) -> Prepared {
+        var info = stat()
+        if stat(path, &info) != 0 {
+            let error = errno
+            guard error == ENOENT else { throw .fileSystem(path: path, errno: error, operation: "stat") }
+            guard !readOnly else { throw .notAStore(path: path, reason: "no such directory") }
+            try createDirectory(path)
+        } else if info.st_mode & S_IFMT != S_IFDIR {
+            throw .notAStore(path: path, reason: "not a directory")
+        }
+        let data = path + "/" + dataFile
+        if stat(data, &info) != 0 {
+            let error = errno
+            guard error == ENOENT else { throw .fileSystem(path: data, errno: error, operation: "stat") }
+            guard !readOnly else { throw .notAStore(path: path, reason: "the directory has no \(dataFile)") }
+            return Prepared(createdData: true)
+        }
+        guard info.st_mode & S_IFMT == S_IFREG else { throw .notAStore(path: path, reason: "\(dataFile) is not a file") }
+        guard info.st_size > 0 else { throw .notAStore(path: path, reason: "\(dataFile) is empty") }
+        return Prepared(createdData: false)
+    }
+
+    /// Creates the directory and its missing parents; the store directory itself gets 0700.
+    private static func createDirectory(_ path: String) throws(PersistentDefaultsError) {
+        let parent = (path as NSString).deletingLastPathComponent
+        if !parent.isEmpty, parent != path, access(parent, F_OK) != 0 {
+            do {
+                try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)
+            } catch {
+                throw .fileSystem(path: parent, errno: errno == 0 ? EIO : errno, operation: "mkdir")
+            }
+        }
+        guard mkdir(path, 0o700) == 0 || errno == EEXIST else { throw .fileSystem(path: path, errno: errno, operation: "mkdir") }
+        // mkdir applies the umask; the mode must not depend on it.
+        guard chmod(path, 0o700) == 0 else { throw .fileSystem(path: path, errno: errno, operation: "chmod") }
+    }
+
+    /// Gives newly created store files mode 0600 whatever the umask.
+    static func restrictModes(in path: String) throws(PersistentDefaultsError) {
+        for file in [dataFile, lockFile] {
+            let full = path + "/" + file
+            guard chmod(full, 0o600) == 0 || errno == ENOENT else {
+                throw .fileSystem(path: full, errno: errno, operation: "chmod")
+            }
+        }
+    }
+
+    /// The canonical absolute path of the store directory, so that one store has one entry per
+    /// process; the directory is created first when `creating`.
+    static func canonicalPath(_ path: String, creating: Bool) throws(PersistentDefaultsError) -> String {
+        guard !path.isEmpty else { throw .notAStore(path: path, reason: "the path is empty") }
+        if creating, access(path, F_OK) != 0 { try createDirectory(path) }
+        guard let resolved = realpath(path, nil) else {
+            let error = errno
+            if error == ENOENT { throw .notAStore(path: path, reason: "no such directory") }
+            throw .fileSystem(path: path, errno: error, operation: "realpath")
+        }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+}

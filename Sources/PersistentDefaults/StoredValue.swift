@@ -1,0 +1,231 @@
+import Foundation
+
+/// A stored value as it sits on disk: a one-byte type tag followed by its payload.
+///
+/// Every value PersistentDefaults writes is one of these, so a tool can print any stored value
+/// without knowing the Swift type that wrote it:
+///
+/// ```swift
+/// let raw = try store.storedValue(named: "launchCount")   // .int(3)
+/// ```
+///
+/// The byte layout is documented in the README ("On-disk format").
+public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
+    /// An explicit nil, written for an optional key whose default is not nil. Tag `0x00`.
+    case null
+    /// Tag `0x01`, payload one byte 0 or 1.
+    case bool(Bool)
+    /// Any signed integer. Tag `0x02`, payload 8 bytes big-endian two's complement.
+    case int(Int64)
+    /// An unsigned integer. Tag `0x03`, payload 8 bytes big-endian.
+    case uint(UInt64)
+    /// A `Double` or `Float`. Tag `0x04`, payload the IEEE 754 bits, 8 bytes big-endian.
+    case double(Double)
+    /// Tag `0x05`, payload UTF-8.
+    case string(String)
+    /// Tag `0x06`, payload the bytes.
+    case data(Data)
+    /// Tag `0x07`, payload seconds since 1970-01-01 UTC as a big-endian IEEE 754 double.
+    case date(Date)
+    /// Tag `0x08`, payload the URL's absolute string in UTF-8.
+    case url(URL)
+    /// Tag `0x09`, payload the 16 bytes.
+    case uuid(UUID)
+    /// A Codable value, array or dictionary. Tag `0x0A`, payload UTF-8 JSON (sorted keys).
+    case json(String)
+
+    /// The tag byte of each case.
+    public enum Tag: UInt8, Sendable, CaseIterable, CustomStringConvertible {
+        /// `null`
+        case null = 0x00
+        /// `bool`
+        case bool = 0x01
+        /// `int`
+        case int = 0x02
+        /// `uint`
+        case uint = 0x03
+        /// `double`
+        case double = 0x04
+        /// `string`
+        case string = 0x05
+        /// `data`
+        case data = 0x06
+        /// `date`
+        case date = 0x07
+        /// `url`
+        case url = 0x08
+        /// `uuid`
+        case uuid = 0x09
+        /// `json`
+        case json = 0x0A
+
+        /// The tag's name as the README and `pdinspect` print it.
+        public var description: String {
+            switch self {
+            case .null: "null"
+            case .bool: "bool"
+            case .int: "int"
+            case .uint: "uint"
+            case .double: "double"
+            case .string: "string"
+            case .data: "data"
+            case .date: "date"
+            case .url: "url"
+            case .uuid: "uuid"
+            case .json: "json"
+            }
+        }
+    }
+
+    /// The tag of this value.
+    public var tag: Tag {
+        switch self {
+        case .null: .null
+        case .bool: .bool
+        case .int: .int
+        case .uint: .uint
+        case .double: .double
+        case .string: .string
+        case .data: .data
+        case .date: .date
+        case .url: .url
+        case .uuid: .uuid
+        case .json: .json
+        }
+    }
+
+    /// Decodes the on-disk bytes (tag and payload).
+    public init(bytes: UnsafeRawBufferPointer) throws(StoredValueError) {
+        guard let first = bytes.first else { throw StoredValueError("empty value") }
+        guard let tag = Tag(rawValue: first) else {
+            throw StoredValueError("unknown type tag 0x\(String(first, radix: 16))")
+        }
+        let payload = UnsafeRawBufferPointer(rebasing: bytes[1...])
+        func fixed(_ count: Int) throws(StoredValueError) -> UInt64 {
+            guard payload.count == count else {
+                throw StoredValueError("\(tag) payload has \(payload.count) bytes, expected \(count)")
+            }
+            return payload.reduce(0) { $0 << 8 | UInt64($1) }
+        }
+        func text() throws(StoredValueError) -> String {
+            guard let string = String(validating: payload, as: UTF8.self) else {
+                throw StoredValueError("\(tag) payload is not valid UTF-8")
+            }
+            return string
+        }
+        switch tag {
+        case .null:
+            _ = try fixed(0)
+            self = .null
+        case .bool:
+            let byte = try fixed(1)
+            guard byte <= 1 else { throw StoredValueError("bool payload is \(byte), expected 0 or 1") }
+            self = .bool(byte == 1)
+        case .int: self = .int(Int64(bitPattern: try fixed(8)))
+        case .uint: self = .uint(try fixed(8))
+        case .double: self = .double(Double(bitPattern: try fixed(8)))
+        case .string: self = .string(try text())
+        case .data: self = .data(Data(payload))
+        case .date: self = .date(Date(timeIntervalSince1970: Double(bitPattern: try fixed(8))))
+        case .url:
+            let string = try text()
+            guard let url = URL(string: string) else { throw StoredValueError("url payload is not a URL") }
+            self = .url(url)
+        case .uuid:
+            _ = try fixed(16)
+            var uuid = UUID().uuid
+            withUnsafeMutableBytes(of: &uuid) { $0.copyMemory(from: payload) }
+            self = .uuid(UUID(uuid: uuid))
+        case .json: self = .json(try text())
+        }
+    }
+
+    /// Decodes the on-disk bytes (tag and payload).
+    public init(bytes: [UInt8]) throws(StoredValueError) {
+        let decoded = bytes.withUnsafeBytes { buffer in
+            Result { () throws(StoredValueError) in try StoredValue(bytes: buffer) }
+        }
+        self = try decoded.get()
+    }
+
+    /// The on-disk bytes: tag then payload.
+    public var bytes: [UInt8] {
+        var out: [UInt8] = [tag.rawValue]
+        func append(_ value: UInt64) {
+            out.reserveCapacity(9)
+            for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: value >> UInt64(shift))) }
+        }
+        switch self {
+        case .null: break
+        case .bool(let value): out.append(value ? 1 : 0)
+        case .int(let value): append(UInt64(bitPattern: value))
+        case .uint(let value): append(value)
+        case .double(let value): append(value.bitPattern)
+        case .string(let value): out.append(contentsOf: value.utf8)
+        case .data(let value): out.append(contentsOf: value)
+        case .date(let value): append(value.timeIntervalSince1970.bitPattern)
+        case .url(let value): out.append(contentsOf: value.absoluteString.utf8)
+        case .uuid(let value): withUnsafeBytes(of: value.uuid) { out.append(contentsOf: $0) }
+        case .json(let value): out.append(contentsOf: value.utf8)
+        }
+        return out
+    }
+
+    /// The value as a JSON text: JSON values as they are, others as the closest JSON value
+    /// (data as base64, dates as seconds since 1970, URLs and UUIDs as strings).
+    public var jsonText: String {
+        switch self {
+        case .null: "null"
+        case .bool(let value): value ? "true" : "false"
+        case .int(let value): String(value)
+        case .uint(let value): String(value)
+        case .double(let value): value.isFinite ? "\(value)" : "null"
+        case .string(let value): Self.quoted(value)
+        case .data(let value): Self.quoted(value.base64EncodedString())
+        case .date(let value): "\(value.timeIntervalSince1970)"
+        case .url(let value): Self.quoted(value.absoluteString)
+        case .uuid(let value): Self.quoted(value.uuidString)
+        case .json(let value): value
+        }
+    }
+
+    /// A readable form for people: strings unquoted, data as hex, dates in ISO 8601.
+    public var description: String {
+        switch self {
+        case .string(let value): value
+        case .data(let value): value.count <= 64 ? "<\(Self.hex(value))>" : "<\(value.count) bytes>"
+        case .date(let value): value.formatted(.iso8601)
+        default: jsonText
+        }
+    }
+
+    private static func hex(_ bytes: some Sequence<UInt8>) -> String {
+        let digits = Array("0123456789abcdef")
+        return String(bytes.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0xF)]] })
+    }
+
+    static func quoted(_ string: String) -> String {
+        var out = "\""
+        for scalar in string.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20: out += "\\u00" + hex([UInt8(scalar.value)])
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
+    }
+}
+
+/// Why bytes did not decode as a `StoredValue` or as a key's type.
+public struct StoredValueError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// A one-line reason.
+    public let description: String
+
+    /// Creates an error with a reason.
+    public init(_ description: String) { self.description = description }
+}

@@ -1,0 +1,272 @@
+import Foundation
+
+/// Turns values of one Swift type into stored bytes and back.
+///
+/// A codec is chosen once, when a key is made, by the value's type: the primitive types get
+/// their own tag, RawRepresentable types are stored as their raw value, optionals as their
+/// wrapped value or `null`, and every other Codable type as JSON.
+///
+/// `@unchecked Sendable`: the closures capture only metatypes, conversion functions and other
+/// codecs, all immutable; they keep no state between calls.
+struct ValueCodec<Value>: @unchecked Sendable {
+    /// Encodes a value to tag and payload.
+    let encode: (Value) throws(StoredValueError) -> [UInt8]
+    /// Decodes tag and payload.
+    let decode: (UnsafeRawBufferPointer) throws(StoredValueError) -> Value
+
+    /// Stores `Value` through `Stored`'s codec with a conversion in each direction.
+    func converted<Converted>(
+        encode toStored: @escaping (Converted) throws -> Value,
+        decode fromStored: @escaping (Value) throws -> Converted
+    ) -> ValueCodec<Converted> {
+        ValueCodec<Converted>(
+            encode: { (value) throws(StoredValueError) in
+                do { return try self.encode(try toStored(value)) } catch let error as StoredValueError {
+                    throw error
+                } catch { throw StoredValueError("conversion failed: \(error)") }
+            },
+            decode: { (bytes) throws(StoredValueError) in
+                let stored = try self.decode(bytes)
+                do { return try fromStored(stored) } catch let error as StoredValueError {
+                    throw error
+                } catch { throw StoredValueError("conversion failed: \(error)") }
+            })
+    }
+}
+
+extension ValueCodec where Value: Codable {
+    /// The codec for `Value`, chosen by its type.
+    static func automatic() -> ValueCodec<Value> {
+        if let primitive = Value.self as? any PrimitiveStorable.Type, let codec = primitiveCodec(primitive) {
+            return codec
+        }
+        if let optional = Value.self as? any OptionalProtocol.Type, let codec = optionalCodec(optional) {
+            return codec
+        }
+        if let raw = Value.self as? any RawRepresentable.Type, let codec = rawCodec(raw) {
+            return codec
+        }
+        return json()
+    }
+
+    /// The JSON codec: sorted keys, so equal values give equal bytes.
+    static func json() -> ValueCodec<Value> {
+        ValueCodec(
+            encode: { (value) throws(StoredValueError) in
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+                do {
+                    return [StoredValue.Tag.json.rawValue] + (try encoder.encode(value))
+                } catch {
+                    throw StoredValueError("JSON encoding failed: \(error)")
+                }
+            },
+            decode: { (bytes) throws(StoredValueError) in
+                let stored = try StoredValue(bytes: bytes)
+                // A primitive written by another tool decodes as its JSON equivalent.
+                let text = stored.jsonText
+                do {
+                    return try JSONDecoder().decode(Value.self, from: Data(text.utf8))
+                } catch {
+                    throw StoredValueError("stored \(stored.tag) does not decode as \(Value.self): \(Self.reason(error))")
+                }
+            })
+    }
+
+    private static func reason(_ error: any Error) -> String {
+        switch error {
+        case DecodingError.typeMismatch(_, let context), DecodingError.valueNotFound(_, let context),
+            DecodingError.keyNotFound(_, let context), DecodingError.dataCorrupted(let context):
+            let path = context.codingPath.map(\.stringValue).joined(separator: ".")
+            return path.isEmpty ? context.debugDescription : "\(path): \(context.debugDescription)"
+        default:
+            return "\(error)"
+        }
+    }
+}
+
+extension ValueCodec {
+    private static func primitiveCodec<P: PrimitiveStorable>(_: P.Type) -> ValueCodec<Value>? {
+        ValueCodec<P>.primitive() as? ValueCodec<Value>
+    }
+
+    private static func optionalCodec<O: OptionalProtocol>(_: O.Type) -> ValueCodec<Value>? {
+        guard let wrapped = O.Wrapped.self as? any Codable.Type else { return nil }
+        return wrappedCodec(wrapped, in: O.self)
+    }
+
+    private static func wrappedCodec<W: Codable, O: OptionalProtocol>(_: W.Type, in _: O.Type) -> ValueCodec<Value>? {
+        let base = ValueCodec<W>.automatic()
+        let codec = ValueCodec<W?>(
+            encode: { (value) throws(StoredValueError) in
+                guard let value else { return [StoredValue.Tag.null.rawValue] }
+                return try base.encode(value)
+            },
+            decode: { (bytes) throws(StoredValueError) in
+                if bytes.count == 1, bytes[0] == StoredValue.Tag.null.rawValue { return nil }
+                return try base.decode(bytes)
+            })
+        return codec as? ValueCodec<Value>
+    }
+
+    private static func rawCodec<R: RawRepresentable>(_: R.Type) -> ValueCodec<Value>? {
+        guard let primitive = R.RawValue.self as? any PrimitiveStorable.Type else { return nil }
+        return rawCodec(R.self, primitive)
+    }
+
+    private static func rawCodec<R: RawRepresentable, P: PrimitiveStorable>(_: R.Type, _: P.Type) -> ValueCodec<Value>? {
+        guard let base = ValueCodec<P>.primitive() as? ValueCodec<R.RawValue> else { return nil }
+        let codec = ValueCodec<R>(
+            encode: { (value) throws(StoredValueError) in try base.encode(value.rawValue) },
+            decode: { (bytes) throws(StoredValueError) in
+                let raw = try base.decode(bytes)
+                guard let value = R(rawValue: raw) else {
+                    throw StoredValueError("\(raw) is not a raw value of \(R.self)")
+                }
+                return value
+            })
+        return codec as? ValueCodec<Value>
+    }
+}
+
+extension ValueCodec where Value: PrimitiveStorable {
+    /// The codec of a type with its own tag.
+    static func primitive() -> ValueCodec<Value> {
+        ValueCodec(
+            encode: { (value) throws(StoredValueError) in try value.storedValue().bytes },
+            decode: { (bytes) throws(StoredValueError) in try Value(stored: try StoredValue(bytes: bytes)) })
+    }
+}
+
+/// `Optional`, seen through a protocol so that its wrapped type can be reached at run time.
+protocol OptionalProtocol {
+    associatedtype Wrapped
+}
+
+extension Optional: OptionalProtocol {}
+
+/// A type with its own tag in the on-disk format.
+protocol PrimitiveStorable {
+    /// The value to store.
+    func storedValue() throws(StoredValueError) -> StoredValue
+    /// Reads a stored value, converting between numeric tags when no information is lost.
+    init(stored: StoredValue) throws(StoredValueError)
+}
+
+extension PrimitiveStorable {
+    static func mismatch(_ stored: StoredValue) -> StoredValueError {
+        StoredValueError("stored \(stored.tag) \(stored.jsonText.prefix(60)) is not a \(Self.self)")
+    }
+}
+
+extension Bool: PrimitiveStorable {
+    func storedValue() -> StoredValue { .bool(self) }
+    init(stored: StoredValue) throws(StoredValueError) {
+        guard case .bool(let value) = stored else { throw Self.mismatch(stored) }
+        self = value
+    }
+}
+
+/// Integers share one conversion from the integer tags (and integral doubles).
+protocol IntegerStorable: PrimitiveStorable, FixedWidthInteger {}
+
+extension IntegerStorable {
+    init(stored: StoredValue) throws(StoredValueError) {
+        let converted: Self? =
+            switch stored {
+            case .int(let value): Self(exactly: value)
+            case .uint(let value): Self(exactly: value)
+            case .double(let value): Self(exactly: value)
+            default: nil
+            }
+        guard let converted else { throw Self.mismatch(stored) }
+        self = converted
+    }
+
+    func storedValue() -> StoredValue {
+        Self.isSigned ? .int(Int64(self)) : .uint(UInt64(self))
+    }
+}
+
+extension Int: IntegerStorable {}
+extension Int8: IntegerStorable {}
+extension Int16: IntegerStorable {}
+extension Int32: IntegerStorable {}
+extension Int64: IntegerStorable {}
+extension UInt: IntegerStorable {}
+extension UInt8: IntegerStorable {}
+extension UInt16: IntegerStorable {}
+extension UInt32: IntegerStorable {}
+extension UInt64: IntegerStorable {}
+
+/// Floating-point types share one conversion from the numeric tags.
+protocol FloatingStorable: PrimitiveStorable, BinaryFloatingPoint {}
+
+extension FloatingStorable {
+    init(stored: StoredValue) throws(StoredValueError) {
+        switch stored {
+        case .double(let value): self = Self(value)
+        case .int(let value): self = Self(value)
+        case .uint(let value): self = Self(value)
+        default: throw Self.mismatch(stored)
+        }
+    }
+
+    func storedValue() -> StoredValue { .double(Double(self)) }
+}
+
+extension Double: FloatingStorable {}
+extension Float: FloatingStorable {}
+
+extension String: PrimitiveStorable {
+    func storedValue() -> StoredValue { .string(self) }
+    init(stored: StoredValue) throws(StoredValueError) {
+        guard case .string(let value) = stored else { throw Self.mismatch(stored) }
+        self = value
+    }
+}
+
+extension Data: PrimitiveStorable {
+    func storedValue() -> StoredValue { .data(self) }
+    init(stored: StoredValue) throws(StoredValueError) {
+        guard case .data(let value) = stored else { throw Self.mismatch(stored) }
+        self = value
+    }
+}
+
+extension Date: PrimitiveStorable {
+    func storedValue() -> StoredValue { .date(self) }
+    init(stored: StoredValue) throws(StoredValueError) {
+        switch stored {
+        case .date(let value): self = value
+        case .double(let value): self = Date(timeIntervalSince1970: value)
+        default: throw Self.mismatch(stored)
+        }
+    }
+}
+
+extension URL: PrimitiveStorable {
+    func storedValue() -> StoredValue { .url(self) }
+    init(stored: StoredValue) throws(StoredValueError) {
+        switch stored {
+        case .url(let value): self = value
+        case .string(let value):
+            guard let url = URL(string: value) else { throw Self.mismatch(stored) }
+            self = url
+        default: throw Self.mismatch(stored)
+        }
+    }
+}
+
+extension UUID: PrimitiveStorable {
+    func storedValue() -> StoredValue { .uuid(self) }
+    init(stored: StoredValue) throws(StoredValueError) {
+        switch stored {
+        case .uuid(let value): self = value
+        case .string(let value):
+            guard let uuid = UUID(uuidString: value) else { throw Self.mismatch(stored) }
+            self = uuid
+        default: throw Self.mismatch(stored)
+        }
+    }
+}

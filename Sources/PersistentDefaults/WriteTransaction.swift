@@ -1,0 +1,225 @@
+/// One atomic write transaction, passed to ``PersistentDefaults/write(_:)``.
+///
+/// ```swift
+/// try store.write { tx in
+///     tx[.launchCount] += 1               // reads see the transaction's own writes
+///     tx[.frame] = WindowFrame(x: 1, y: 2, title: "Main")
+/// }
+/// ```
+///
+/// Valid only inside the closure it was passed to: later uses throw or read defaults. A write
+/// through the non-throwing subscript that fails makes the whole transaction throw and write
+/// nothing.
+public final class WriteTransaction {
+    private unowned let core: StoreCore
+    private let transaction: Transaction
+    private var isValid = true
+    private var firstError: (any Error)?
+    /// For each key touched: the bytes before the transaction and now.
+    private var touched: [String: (old: [UInt8]?, new: [UInt8]?)] = [:]
+    private var order: [String] = []
+
+    init(core: StoreCore, transaction: Transaction) {
+        self.core = core
+        self.transaction = transaction
+    }
+
+    func invalidate() { isValid = false }
+
+    private func live() throws -> Transaction {
+        guard isValid else {
+            throw PersistentDefaultsError.lmdb(code: .badTransaction, operation: "use a WriteTransaction after its closure returned")
+        }
+        return transaction
+    }
+
+    /// Logs the changes; nil when nothing changed. Throws the first failed subscript write.
+    func finish() throws -> CommitRecord? {
+        if let firstError { throw firstError }
+        let changes = order.compactMap { name -> CommitRecord.Change? in
+            guard let entry = touched[name], entry.old != entry.new else { return nil }
+            return CommitRecord.Change(key: name, encodedValue: entry.new)
+        }
+        guard !changes.isEmpty else { return nil }
+        return try core.appendLog(changes, in: transaction)
+    }
+
+    // MARK: Reading
+
+    /// The key's value as this transaction sees it; throws when it does not decode.
+    public func value<Value>(for key: PersistentDefaults.Key<Value>) throws -> Value {
+        try core.value(key, in: try live())
+    }
+
+    /// The key type's value as this transaction sees it.
+    public func value<K: PersistentDefaultsKey>(for key: K) throws -> K.Value where K.Conversion.Stored: Codable {
+        try value(for: K.key)
+    }
+
+    /// Whether a value is stored for the key.
+    public func contains(_ key: PersistentDefaults.Keys) throws -> Bool {
+        try storedValue(named: key.name) != nil
+    }
+
+    /// The stored value of the key named `name`, untyped.
+    public func storedValue(named name: String) throws -> StoredValue? {
+        try core.storedValue(named: name, in: try live())
+    }
+
+    /// The names of all stored keys, sorted by their UTF-8 bytes.
+    public func keyNames() throws -> [String] { try core.keyNames(in: try live()) }
+
+    // MARK: Writing
+
+    /// Reads and writes a key; a value that does not decode reads as the default (reported).
+    public subscript<Value>(key: PersistentDefaults.Key<Value>) -> Value {
+        get {
+            guard isValid else { return key.defaultValue }
+            return core.valueOrDefault(key, in: transaction)
+        }
+        set { recordingFailure { try set(newValue, for: key) } }
+    }
+
+    /// Reads and writes a key type's value.
+    public subscript<K: PersistentDefaultsKey>(key: K) -> K.Value where K.Conversion.Stored: Codable {
+        get { self[K.key] }
+        set { self[K.key] = newValue }
+    }
+
+    /// Stores `value` for `key`, applying the key's hooks.
+    public func set<Value>(_ value: Value, for key: PersistentDefaults.Key<Value>) throws {
+        let transaction = try live()
+        try key.validate()
+        let encoded = try core.encode(value, for: key)
+        if key.shouldRemove?(value) == true || (key.removesNil && encoded == [StoredValue.Tag.null.rawValue]) {
+            return try replace(key.name, with: nil, in: transaction)
+        }
+        if let shouldOverwrite = key.shouldOverwrite, let old = try oldValue(of: key, in: transaction),
+            !shouldOverwrite(old, value)
+        {
+            return
+        }
+        try replace(key.name, with: encoded, in: transaction)
+    }
+
+    /// Stores a key type's value, applying its hooks.
+    public func set<K: PersistentDefaultsKey>(_ value: K.Value, for key: K) throws where K.Conversion.Stored: Codable {
+        try set(value, for: K.key)
+    }
+
+    /// Removes the key; reads give its default again.
+    public func remove(_ key: PersistentDefaults.Keys) throws {
+        try key.validate()
+        try replace(key.name, with: nil, in: try live())
+    }
+
+    /// Removes a key type's value.
+    public func remove<K: PersistentDefaultsKey>(_ key: K) throws where K.Conversion.Stored: Codable {
+        try remove(K.key)
+    }
+
+    /// Removes every stored key.
+    public func removeAll() throws {
+        let transaction = try live()
+        for name in try core.keyNames(in: transaction) { try replace(name, with: nil, in: transaction) }
+    }
+
+    /// Stores an untyped value under `name`, as `pdinspect set` does.
+    public func setStoredValue(_ value: StoredValue, named name: String) throws {
+        let key = PersistentDefaults.Keys(name: name)
+        try key.validate()
+        try replace(name, with: value.bytes, in: try live())
+    }
+
+    /// The stored value of a key with a hook, decoded; nil when absent or undecodable.
+    private func oldValue<Value>(of key: PersistentDefaults.Key<Value>, in transaction: Transaction) throws -> Value? {
+        guard let bytes = try core.encodedValue(named: key.nameBytes, in: transaction) else { return nil }
+        // A stored value that no longer decodes is replaced, not compared.
+        return try? bytes.withUnsafeBytes { (buffer) throws(StoredValueError) in try key.codec.decode(buffer) }
+    }
+
+    /// Writes `bytes` (nil removes) unless they equal what the transaction already holds.
+    private func replace(_ name: String, with bytes: [UInt8]?, in transaction: Transaction) throws {
+        let nameBytes = Array(name.utf8)
+        let current: [UInt8]?
+        if let entry = touched[name] {
+            current = entry.new
+        } else {
+            current = try core.encodedValue(named: nameBytes, in: transaction)
+            touched[name] = (current, current)
+            order.append(name)
+        }
+        guard bytes != current else { return }
+        try nameBytes.withUnsafeBytes { key in
+            if let bytes {
+                try bytes.withUnsafeBytes { try transaction.put(core.databases.values, key, $0) }
+            } else {
+                try transaction.delete(core.databases.values, key)
+            }
+        }
+        touched[name]?.new = bytes
+    }
+
+    private func recordingFailure(_ body: () throws -> Void) {
+        do { try body() } catch { if firstError == nil { firstError = error } }
+    }
+}
+
+/// A consistent, read-only view of the store, passed to ``PersistentDefaults/read(_:)``.
+///
+/// ```swift
+/// let (count, frame) = try store.read { snapshot in (snapshot[.launchCount], snapshot[.frame]) }
+/// ```
+///
+/// Every read in one snapshot sees the same committed state. Valid only inside the closure.
+public final class Snapshot {
+    private unowned let core: StoreCore
+    private let transaction: Transaction
+    private var isValid = true
+
+    init(core: StoreCore, transaction: Transaction) {
+        self.core = core
+        self.transaction = transaction
+    }
+
+    func invalidate() { isValid = false }
+
+    private func live() throws -> Transaction {
+        guard isValid else {
+            throw PersistentDefaultsError.lmdb(code: .badTransaction, operation: "use a Snapshot after its closure returned")
+        }
+        return transaction
+    }
+
+    /// The key's value; a value that does not decode reads as the default (reported once).
+    public subscript<Value>(key: PersistentDefaults.Key<Value>) -> Value {
+        guard isValid else { return key.defaultValue }
+        return core.valueOrDefault(key, in: transaction)
+    }
+
+    /// A key type's value.
+    public subscript<K: PersistentDefaultsKey>(key: K) -> K.Value where K.Conversion.Stored: Codable { self[K.key] }
+
+    /// The key's value; throws when it does not decode.
+    public func value<Value>(for key: PersistentDefaults.Key<Value>) throws -> Value {
+        try core.value(key, in: try live())
+    }
+
+    /// Whether a value is stored for the key.
+    public func contains(_ key: PersistentDefaults.Keys) throws -> Bool {
+        try storedValue(named: key.name) != nil
+    }
+
+    /// The stored value of the key named `name`, untyped.
+    public func storedValue(named name: String) throws -> StoredValue? {
+        try core.storedValue(named: name, in: try live())
+    }
+
+    /// The names of all stored keys, sorted by their UTF-8 bytes.
+    public func keyNames() throws -> [String] { try core.keyNames(in: try live()) }
+
+    /// The commit-log records after `sequence`, oldest first.
+    public func commits(after sequence: UInt64, limit: Int = .max) throws -> [CommitRecord] {
+        try core.commits(after: sequence, limit: limit, in: try live())
+    }
+}
