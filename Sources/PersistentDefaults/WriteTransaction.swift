@@ -58,7 +58,8 @@ public final class WriteTransaction {
 
     /// Whether a value is stored for the key.
     public func contains(_ key: PersistentDefaults.Keys) throws -> Bool {
-        try storedValue(named: key.name) != nil
+        try key.validate()
+        return try core.encodedValue(named: key.nameBytes, in: try live()) != nil
     }
 
     /// The stored value of the key named `name`, untyped.
@@ -207,7 +208,8 @@ public final class Snapshot {
 
     /// Whether a value is stored for the key.
     public func contains(_ key: PersistentDefaults.Keys) throws -> Bool {
-        try storedValue(named: key.name) != nil
+        try key.validate()
+        return try core.encodedValue(named: key.nameBytes, in: try live()) != nil
     }
 
     /// The stored value of the key named `name`, untyped.

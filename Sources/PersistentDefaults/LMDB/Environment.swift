@@ -37,14 +37,20 @@ struct EnvironmentConfiguration: Sendable, Equatable {
     var maxReaders: Int
 }
 
-/// Statistics of one LMDB database (`MDB_stat`).
-struct DatabaseStatistics: Sendable, Equatable {
-    var pageSize: Int
-    var depth: Int
-    var branchPages: Int
-    var leafPages: Int
-    var overflowPages: Int
-    var entries: Int
+/// Statistics of one LMDB database. (`MDB_stat`)
+public struct DatabaseStatistics: Sendable, Equatable {
+    /// Size of a page in bytes. (`ms_psize`)
+    public var pageSize: Int
+    /// Depth of the B-tree. (`ms_depth`)
+    public var depth: Int
+    /// Internal pages. (`ms_branch_pages`)
+    public var branchPages: Int
+    /// Leaf pages. (`ms_leaf_pages`)
+    public var leafPages: Int
+    /// Overflow pages, holding large values. (`ms_overflow_pages`)
+    public var overflowPages: Int
+    /// Number of entries. (`ms_entries`)
+    public var entries: Int
 }
 
 /// Facts about the environment (`MDB_envinfo`).

@@ -1,0 +1,135 @@
+import Foundation
+
+/// What `pdinspect stat` prints: the store's format, size and LMDB facts.
+public struct StoreStatistics: Sendable, Equatable {
+    /// The on-disk format version stored in the file.
+    public var formatVersion: UInt32
+    /// The memory map's current size in bytes. (`me_mapsize`)
+    public var mapSize: Int
+    /// Bytes of the map in use: (last page + 1) × page size. (`me_last_pgno`)
+    public var usedBytes: Int
+    /// The page size in bytes.
+    public var pageSize: Int
+    /// The ID of the last committed LMDB transaction. (`me_last_txnid`)
+    public var lastTransactionID: Int
+    /// Reader slots in the lock file. (`me_maxreaders`)
+    public var maxReaders: Int
+    /// Reader slots in use. (`me_numreaders`)
+    public var readers: Int
+    /// The values database.
+    public var values: DatabaseStatistics
+    /// The commit-log database.
+    public var log: DatabaseStatistics
+    /// The oldest and newest sequence numbers in the log; nil when it is empty.
+    public var logRange: ClosedRange<UInt64>?
+    /// Size of `data.mdb` in bytes.
+    public var dataFileSize: Int
+    /// Size of `lock.mdb` in bytes; 0 when the store was opened without a lock file.
+    public var lockFileSize: Int
+}
+
+extension PersistentDefaults {
+    /// The store's format, size and LMDB statistics, read in one snapshot.
+    public func statistics() throws -> StoreStatistics {
+        let environment = core.environment
+        return try environment.withRead { transaction in
+            let info = environment.info()
+            let values = try transaction.statistics(core.databases.values)
+            var first: UInt64?
+            try transaction.forEach(core.databases.log) { key, _ in
+                first = logSequence(fromKey: key)
+                return false
+            }
+            let last = try core.lastSequence(in: transaction)
+            return StoreStatistics(
+                formatVersion: StoreCore.formatVersion, mapSize: info.mapSize,
+                usedBytes: (info.lastPage + 1) * values.pageSize, pageSize: values.pageSize,
+                lastTransactionID: info.lastTransactionID, maxReaders: info.maxReaders, readers: info.readers,
+                values: values, log: try transaction.statistics(core.databases.log),
+                logRange: first.map { $0...max($0, last) },
+                dataFileSize: Self.fileSize(path + "/" + StoreFiles.dataFile),
+                lockFileSize: Self.fileSize(path + "/" + StoreFiles.lockFile))
+        }
+    }
+
+    private static func fileSize(_ path: String) -> Int {
+        ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? NSNumber)?.intValue ?? 0
+    }
+
+    /// The reader lock table as LMDB prints it (`mdb_reader_list`): pid, thread and txnid per slot.
+    public func readerTable() -> String { core.environment.readerTable() }
+
+    /// Frees reader slots left by processes that died; returns how many (`mdb_reader_check`).
+    public func clearStaleReaders() throws -> Int { try core.environment.clearStaleReaders() }
+
+    /// Writes a consistent copy of the store into the directory `destination`, which must exist
+    /// and be empty; with `compact`, free pages are left out (`mdb_env_copy2` with `MDB_CP_COMPACT`).
+    public func copy(to destination: String, compact: Bool) throws {
+        try core.environment.copy(to: destination, compact: compact)
+    }
+
+    /// Checks the whole store: every value decodes, every log record decodes, the log's
+    /// sequence numbers have no gaps, and each key's newest logged change matches the data.
+    /// Returns one line per problem; an empty array means the store is consistent.
+    public func verify() throws -> [String] {
+        try core.environment.withRead { transaction in
+            var problems: [String] = []
+            var current: [String: [UInt8]] = [:]
+            try transaction.forEach(core.databases.values) { key, value in
+                guard let name = String(validating: key, as: UTF8.self) else {
+                    problems.append("a key name is not valid UTF-8: \(Array(key))")
+                    return true
+                }
+                do throws(StoredValueError) {
+                    _ = try StoredValue(bytes: value)
+                } catch {
+                    problems.append("value of \"\(name)\": \(error)")
+                }
+                current[name] = Array(value)
+                return true
+            }
+            var newest: [String: [UInt8]?] = [:]
+            var previous: UInt64?
+            try transaction.forEach(core.databases.log) { key, value in
+                guard let number = logSequence(fromKey: key) else {
+                    problems.append("a log key is \(key.count) bytes, not 8")
+                    return true
+                }
+                if let previous, number != previous + 1 {
+                    problems.append("log jumps from \(previous) to \(number)")
+                }
+                previous = number
+                do {
+                    for change in try CommitRecord(sequence: number, bytes: value).changes {
+                        newest[change.key] = change.encodedValue
+                    }
+                } catch {
+                    problems.append("\(error)")
+                }
+                return true
+            }
+            for (name, logged) in newest.sorted(by: { $0.key < $1.key }) where current[name] != logged {
+                problems.append("\"\(name)\": the newest logged change does not match the stored value")
+            }
+            return problems
+        }
+    }
+}
+
+extension PersistentDefaults {
+    /// Stores an untyped value under `name` in its own transaction, as `pdinspect set` does.
+    public func setStoredValue(_ value: StoredValue, named name: String) throws {
+        try write { try $0.setStoredValue(value, named: name) }
+    }
+
+    /// Removes the key named `name`; returns whether it was stored.
+    @discardableResult
+    public func removeValue(named name: String) throws -> Bool {
+        try write { transaction in
+            let key = Keys(name: name)
+            let existed = try transaction.contains(key)
+            try transaction.remove(key)
+            return existed
+        }
+    }
+}
