@@ -79,7 +79,8 @@ final class StoreCore: Sendable {
                 }
             }
             guard let version else {
-                throw PersistentDefaultsError.notAStore(path: path, reason: "the format version is missing or malformed")
+                throw PersistentDefaultsError.notAStore(
+                    path: path, reason: "the format version is missing or malformed")
             }
             guard version <= formatVersion else {
                 throw PersistentDefaultsError.unsupportedFormatVersion(found: version, supported: formatVersion)
@@ -222,7 +223,6 @@ final class StoreCore: Sendable {
 }
 
 /// `logSequence(fromKey:)`, under a name that does not clash with the `sequence` parameters above.
-private func PersistentDefaults_sequence(_ key: UnsafeRawBufferPointer) -> UInt64? { logSequence(fromKey: key) }
 
 /// Passes errors to the handler; decoding failures only once per key and reason.
 final class ErrorReporter: Sendable {
@@ -259,7 +259,9 @@ final class Flusher: @unchecked Sendable {
         self.environment = environment
         self.reporter = reporter
         let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "PersistentDefaults.flush"))
-        let nanoseconds = max(Int(interval.components.seconds) * 1_000_000_000 + Int(interval.components.attoseconds / 1_000_000_000), 1_000_000)
+        let nanoseconds = max(
+            Int(interval.components.seconds) * 1_000_000_000 + Int(interval.components.attoseconds / 1_000_000_000),
+            1_000_000)
         timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .nanoseconds(nanoseconds))
         self.timer = timer
         timer.setEventHandler { [weak self] in self?.flush() }
@@ -285,7 +287,9 @@ final class Flusher: @unchecked Sendable {
 
 extension StoreCore {
     /// Encodes `value` for `key`, as an error that names the key.
-    func encode<Value>(_ value: Value, for key: PersistentDefaults.Key<Value>) throws(PersistentDefaultsError) -> [UInt8] {
+    func encode<Value>(_ value: Value, for key: PersistentDefaults.Key<Value>) throws(PersistentDefaultsError)
+        -> [UInt8]
+    {
         do {
             return try key.codec.encode(value)
         } catch {
@@ -303,7 +307,8 @@ extension StoreCore {
                 do throws(StoredValueError) {
                     return try StoredValue(bytes: bytes)
                 } catch {
-                    throw PersistentDefaultsError.decodingFailed(key: name, type: "StoredValue", reason: error.description)
+                    throw PersistentDefaultsError.decodingFailed(
+                        key: name, type: "StoredValue", reason: error.description)
                 }
             }
         }

@@ -34,7 +34,9 @@ enum StoreFiles {
             guard !readOnly else { throw .notAStore(path: path, reason: "the directory has no \(dataFile)") }
             return Prepared(createdData: true)
         }
-        guard info.st_mode & S_IFMT == S_IFREG else { throw .notAStore(path: path, reason: "\(dataFile) is not a file") }
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            throw .notAStore(path: path, reason: "\(dataFile) is not a file")
+        }
         guard info.st_size > 0 else { throw .notAStore(path: path, reason: "\(dataFile) is empty") }
         return Prepared(createdData: false)
     }
@@ -49,7 +51,9 @@ enum StoreFiles {
                 throw .fileSystem(path: parent, errno: errno == 0 ? EIO : errno, operation: "mkdir")
             }
         }
-        guard mkdir(path, 0o700) == 0 || errno == EEXIST else { throw .fileSystem(path: path, errno: errno, operation: "mkdir") }
+        guard mkdir(path, 0o700) == 0 || errno == EEXIST else {
+            throw .fileSystem(path: path, errno: errno, operation: "mkdir")
+        }
         // mkdir applies the umask; the mode must not depend on it.
         guard chmod(path, 0o700) == 0 else { throw .fileSystem(path: path, errno: errno, operation: "chmod") }
     }

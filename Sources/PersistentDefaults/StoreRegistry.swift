@@ -24,7 +24,8 @@ enum StoreRegistry {
                         path: key, reason: "open with durability \(open.durability), asked for \(options.durability)")
                 }
                 if open.readOnly, !options.readOnly {
-                    throw PersistentDefaultsError.optionsConflict(path: key, reason: "open read-only, asked for writing")
+                    throw PersistentDefaultsError.optionsConflict(
+                        path: key, reason: "open read-only, asked for writing")
                 }
                 entry.handles += 1
                 stores[key] = entry

@@ -153,7 +153,9 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
         var out: [UInt8] = [tag.rawValue]
         func append(_ value: UInt64) {
             out.reserveCapacity(9)
-            for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: value >> UInt64(shift))) }
+            for shift in stride(from: 56, through: 0, by: -8) {
+                out.append(UInt8(truncatingIfNeeded: value >> UInt64(shift)))
+            }
         }
         switch self {
         case .null: break

@@ -68,7 +68,8 @@ extension ValueCodec where Value: Codable {
                 do {
                     return try JSONDecoder().decode(Value.self, from: Data(text.utf8))
                 } catch {
-                    throw StoredValueError("stored \(stored.tag) does not decode as \(Value.self): \(Self.reason(error))")
+                    throw StoredValueError(
+                        "stored \(stored.tag) does not decode as \(Value.self): \(Self.reason(error))")
                 }
             })
     }
@@ -114,7 +115,8 @@ extension ValueCodec {
         return rawCodec(R.self, primitive)
     }
 
-    private static func rawCodec<R: RawRepresentable, P: PrimitiveStorable>(_: R.Type, _: P.Type) -> ValueCodec<Value>? {
+    private static func rawCodec<R: RawRepresentable, P: PrimitiveStorable>(_: R.Type, _: P.Type) -> ValueCodec<Value>?
+    {
         guard let base = ValueCodec<P>.primitive() as? ValueCodec<R.RawValue> else { return nil }
         let codec = ValueCodec<R>(
             encode: { (value) throws(StoredValueError) in try base.encode(value.rawValue) },

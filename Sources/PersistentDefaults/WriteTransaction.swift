@@ -28,7 +28,8 @@ public final class WriteTransaction {
 
     private func live() throws -> Transaction {
         guard isValid else {
-            throw PersistentDefaultsError.lmdb(code: .badTransaction, operation: "use a WriteTransaction after its closure returned")
+            throw PersistentDefaultsError.lmdb(
+                code: .badTransaction, operation: "use a WriteTransaction after its closure returned")
         }
         return transaction
     }
@@ -187,7 +188,8 @@ public final class Snapshot {
 
     private func live() throws -> Transaction {
         guard isValid else {
-            throw PersistentDefaultsError.lmdb(code: .badTransaction, operation: "use a Snapshot after its closure returned")
+            throw PersistentDefaultsError.lmdb(
+                code: .badTransaction, operation: "use a Snapshot after its closure returned")
         }
         return transaction
     }

@@ -85,7 +85,9 @@ public struct CommitRecord: Sendable, Equatable {
             let pid = Int32(bitPattern: try reader.read(UInt32.self))
             let count = try reader.read(UInt32.self)
             // Each change takes at least 3 bytes; a larger count cannot be honest.
-            guard Int(count) <= reader.remaining / 3 else { throw StoredValueError("change count \(count) exceeds the record") }
+            guard Int(count) <= reader.remaining / 3 else {
+                throw StoredValueError("change count \(count) exceeds the record")
+            }
             var changes: [Change] = []
             changes.reserveCapacity(Int(count))
             for _ in 0..<count {
@@ -103,7 +105,9 @@ public struct CommitRecord: Sendable, Equatable {
                     throw StoredValueError("change mark \(mark) is unknown")
                 }
             }
-            guard reader.remaining == 0 else { throw StoredValueError("\(reader.remaining) bytes after the last change") }
+            guard reader.remaining == 0 else {
+                throw StoredValueError("\(reader.remaining) bytes after the last change")
+            }
             self.init(
                 sequence: sequence, timestamp: Date(timeIntervalSince1970: Double(micros) / 1_000_000),
                 processID: pid, changes: changes)

@@ -184,7 +184,9 @@ final class Environment: @unchecked Sendable {
         let code = mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &transaction)
         if code == MDB_MAP_RESIZED { throw RetrySignal.mapResized }
         try check(code, "mdb_txn_begin(read-only)")
-        guard let transaction else { throw PersistentDefaultsError.lmdb(code: .badTransaction, operation: "mdb_txn_begin") }
+        guard let transaction else {
+            throw PersistentDefaultsError.lmdb(code: .badTransaction, operation: "mdb_txn_begin")
+        }
         return transaction
     }
 
@@ -216,7 +218,8 @@ final class Environment: @unchecked Sendable {
                 try adoptMapSize()
             } catch RetrySignal.mapFull {
                 guard !gate.isHeldByCurrentThread else {
-                    throw PersistentDefaultsError.lmdb(code: .mapFull, operation: "grow the map inside a read on this thread")
+                    throw PersistentDefaultsError.lmdb(
+                        code: .mapFull, operation: "grow the map inside a read on this thread")
                 }
                 needed = max(needed * 2, mapSize)
                 try grow(toFit: needed)
@@ -229,7 +232,9 @@ final class Environment: @unchecked Sendable {
         let code = mdb_txn_begin(handle, nil, 0, &begun)
         if code == MDB_MAP_RESIZED { throw RetrySignal.mapResized }
         try check(code, "mdb_txn_begin")
-        guard let transaction = begun else { throw PersistentDefaultsError.lmdb(code: .badTransaction, operation: "mdb_txn_begin") }
+        guard let transaction = begun else {
+            throw PersistentDefaultsError.lmdb(code: .badTransaction, operation: "mdb_txn_begin")
+        }
         writeSawMapFull = false
         let result: R
         do {
@@ -288,7 +293,8 @@ final class Environment: @unchecked Sendable {
     /// Adopts the map size another process set (lmdb.h: "call mdb_env_set_mapsize with a size of zero").
     private func adoptMapSize() throws {
         guard !gate.isHeldByCurrentThread else {
-            throw PersistentDefaultsError.lmdb(code: .mapResized, operation: "adopt the map size inside a read on this thread")
+            throw PersistentDefaultsError.lmdb(
+                code: .mapResized, operation: "adopt the map size inside a read on this thread")
         }
         try gate.withExclusive {
             abortPooledTransactions()
@@ -366,12 +372,8 @@ extension DatabaseStatistics {
 /// A live LMDB transaction, valid only inside the `Environment` scope that passed it.
 struct Transaction {
     let handle: TransactionHandle
+    // Made only by `Environment`'s scopes (the memberwise initializer is file-private).
     fileprivate unowned(unsafe) let environment: Environment
-
-    fileprivate init(handle: TransactionHandle, environment: Environment) {
-        self.handle = handle
-        self.environment = environment
-    }
 
     /// Opens (and, in a write transaction, creates) a named database.
     func openDatabase(_ name: String, create: Bool) throws(PersistentDefaultsError) -> DatabaseHandle? {
@@ -467,7 +469,9 @@ extension Environment {
         return try gate.withShared {
             var begun: TransactionHandle?
             try check(mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &begun), "mdb_txn_begin(read-only)")
-            guard let transaction = begun else { throw PersistentDefaultsError.lmdb(code: .badTransaction, operation: "mdb_txn_begin") }
+            guard let transaction = begun else {
+                throw PersistentDefaultsError.lmdb(code: .badTransaction, operation: "mdb_txn_begin")
+            }
             let result: R
             do {
                 result = try body(Transaction(handle: transaction, environment: self))
