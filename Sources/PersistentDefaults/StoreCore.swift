@@ -222,8 +222,6 @@ final class StoreCore: Sendable {
     }
 }
 
-/// `logSequence(fromKey:)`, under a name that does not clash with the `sequence` parameters above.
-
 /// Passes errors to the handler; decoding failures only once per key and reason.
 final class ErrorReporter: Sendable {
     private let handler: @Sendable (PersistentDefaultsError) -> Void
