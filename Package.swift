@@ -17,7 +17,8 @@ let package = Package(
         ),
         .target(name: "PersistentDefaults", dependencies: ["CLMDB"]),
         .executableTarget(name: "pd-demo", dependencies: ["PersistentDefaults"]),
-        .testTarget(name: "PersistentDefaultsTests", dependencies: ["PersistentDefaults", "CLMDB"]),
+        .executableTarget(name: "pd-worker", dependencies: ["PersistentDefaults"]),
+        .testTarget(name: "PersistentDefaultsTests", dependencies: ["PersistentDefaults", "CLMDB", "pd-worker"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,0 +1,44 @@
+import Foundation
+import PersistentDefaults
+
+// A child process for the tests and tools: writes to a store the way another process would.
+//
+//   pd-worker increment DIR KEY COUNT      COUNT read-modify-write increments, each in write { }
+//   pd-worker set-int DIR KEY VALUE        one durable set of an Int
+//   pd-worker set-bytes DIR KEY BYTES      one set of a Data value of BYTES bytes (grows the map)
+//
+// Exit codes: 0 done, 2 usage, 3 a store error (printed on stderr).
+
+enum ExitCode: Int32 {
+    case ok = 0
+    case usage = 2
+    case failure = 3
+}
+
+func run(_ arguments: [String]) -> ExitCode {
+    guard arguments.count == 4 else {
+        FileHandle.standardError.write(Data("usage: pd-worker increment|set-int|set-bytes DIR KEY N\n".utf8))
+        return .usage
+    }
+    do {
+        let store = try PersistentDefaults(path: arguments[1])
+        switch (arguments[0], Int(arguments[3])) {
+        case ("increment", let count?):
+            let key = PersistentDefaults.Key<Int>(arguments[2], default: 0)
+            for _ in 0..<count { try store.write { $0[key] += 1 } }
+        case ("set-int", let value?):
+            try store.set(value, for: PersistentDefaults.Key<Int>(arguments[2], default: 0))
+        case ("set-bytes", let size?):
+            try store.set(Data(repeating: 0xAB, count: size), for: PersistentDefaults.Key<Data>(arguments[2], default: Data()))
+        default:
+            FileHandle.standardError.write(Data("pd-worker: unknown command \(arguments[0])\n".utf8))
+            return .usage
+        }
+    } catch {
+        FileHandle.standardError.write(Data("pd-worker: \(error)\n".utf8))
+        return .failure
+    }
+    return .ok
+}
+
+exit(run(Array(CommandLine.arguments.dropFirst())).rawValue)

@@ -1,0 +1,61 @@
+import Foundation
+import PersistentDefaults
+import Synchronization
+import Testing
+
+/// A fresh directory under the system temporary directory, removed when the test ends.
+func withTemporaryDirectory<R>(_ body: (String) throws -> R) throws -> R {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("pd-test-\(UUID().uuidString)").path
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    return try body(path)
+}
+
+/// A store in a fresh temporary directory, with an error handler that records what it is told.
+func withTemporaryStore<R>(
+    options: PersistentDefaults.Options = .init(), _ body: (PersistentDefaults, String, ErrorLog) throws -> R
+) throws -> R {
+    try withTemporaryDirectory { path in
+        let log = ErrorLog()
+        var options = options
+        options.errorHandler = { error in log.append(error) }
+        let store = try PersistentDefaults(path: path, options: options)
+        return try body(store, path, log)
+    }
+}
+
+/// Errors passed to a store's error handler.
+final class ErrorLog: Sendable {
+    private let errors = Mutex<[PersistentDefaultsError]>([])
+    func append(_ error: PersistentDefaultsError) { errors.withLock { $0.append(error) } }
+    var all: [PersistentDefaultsError] { errors.withLock { $0 } }
+}
+
+/// Runs an executable built next to the test bundle; returns exit status and standard error.
+@discardableResult
+func runProduct(_ name: String, _ arguments: [String]) throws -> (status: Int32, stderr: String) {
+    let process = Process()
+    process.executableURL = productsDirectory.appendingPathComponent(name)
+    process.arguments = arguments
+    let errorPipe = Pipe()
+    process.standardError = errorPipe
+    try process.run()
+    let stderr = errorPipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return (process.terminationStatus, String(decoding: stderr, as: UTF8.self))
+}
+
+/// The build products directory: where the test bundle and the executables are.
+let productsDirectory: URL = {
+    let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+    var directory = executable.deletingLastPathComponent()
+    // On Linux the tests run from `<products>/<Package>PackageTests.xctest`.
+    while !FileManager.default.fileExists(atPath: directory.appendingPathComponent("pd-worker").path),
+        directory.path != "/"
+    {
+        directory = directory.deletingLastPathComponent()
+    }
+    return directory
+}()
+
+/// The SHA of a file's bytes, to show that a failed operation changed nothing.
+func fileBytes(_ path: String) -> Data? { FileManager.default.contents(atPath: path) }
