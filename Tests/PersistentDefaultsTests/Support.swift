@@ -10,6 +10,13 @@ func withTemporaryDirectory<R>(_ body: (String) throws -> R) throws -> R {
     return try body(path)
 }
 
+/// `withTemporaryDirectory` for async bodies.
+func withTemporaryDirectory<R>(_ body: (String) async throws -> R) async throws -> R {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("pd-test-\(UUID().uuidString)").path
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    return try await body(path)
+}
+
 /// A store in a fresh temporary directory, with an error handler that records what it is told.
 func withTemporaryStore<R>(
     options: PersistentDefaults.Options = .init(), _ body: (PersistentDefaults, String, ErrorLog) throws -> R
@@ -59,3 +66,10 @@ let productsDirectory: URL = {
 
 /// The SHA of a file's bytes, to show that a failed operation changed nothing.
 func fileBytes(_ path: String) -> Data? { FileManager.default.contents(atPath: path) }
+
+/// A thread-safe counter.
+final class Counter: Sendable {
+    private let count = Atomic<Int>(0)
+    func increment() { count.add(1, ordering: .relaxed) }
+    var value: Int { count.load(ordering: .relaxed) }
+}

@@ -1,0 +1,150 @@
+import Foundation
+import PersistentDefaults
+import Synchronization
+import Testing
+
+private struct Abort: Error {}
+
+@Suite struct TransactionTests {
+    @Test func aThrowingWriteLeavesNothingBehind() throws {
+        try withTemporaryStore { store, _, _ throws in
+            store[.launchCount] = 1
+            let sequence = try store.lastSequence()
+            #expect(throws: Abort.self) {
+                try store.write { tx in
+                    tx[.launchCount] = 99
+                    tx[.theme] = .dark
+                    #expect(tx[.launchCount] == 99)  // the transaction sees its own writes
+                    throw Abort()
+                }
+            }
+            #expect(store[.launchCount] == 1)
+            #expect(try store.contains(.theme) == false)
+            #expect(try store.lastSequence() == sequence)
+        }
+    }
+
+    @Test func aFailedSubscriptWriteInsideATransactionAbortsIt() throws {
+        try withTemporaryStore { store, _, _ throws in
+            let bad = PersistentDefaults.Key<Int>("", default: 0)
+            #expect(throws: PersistentDefaultsError.invalidKeyName("", reason: "a key name must not be empty")) {
+                try store.write { tx in
+                    tx[.launchCount] = 5
+                    tx[bad] = 1
+                }
+            }
+            #expect(store[.launchCount] == 0)
+        }
+    }
+
+    @Test func keyNamesTooLongOrEmptyGetAClearError() throws {
+        try withTemporaryStore { store, _, _ throws in
+            let long = PersistentDefaults.Key<Int>(String(repeating: "é", count: 256), default: 1)
+            #expect {
+                try store.set(2, for: long)
+            } throws: { error in
+                guard case PersistentDefaultsError.invalidKeyName(_, let reason) = error else { return false }
+                return reason.contains("512 UTF-8 bytes")
+            }
+            #expect(throws: PersistentDefaultsError.self) { try store.value(for: long) }
+            #expect(store[long] == 1)
+            let longest = PersistentDefaults.Key<Int>(String(repeating: "a", count: 511), default: 0)
+            try store.set(3, for: longest)
+            #expect(store[longest] == 3)
+            #expect(throws: PersistentDefaultsError.self) { try store.setStoredValue(.int(1), named: "") }
+        }
+    }
+
+    @Test func aNestedWriteOnTheSameThreadIsRefused() throws {
+        try withTemporaryStore { store, _, _ throws in
+            #expect(throws: PersistentDefaultsError.nestedWrite) {
+                try store.write { _ in try store.set(1, for: .launchCount) }
+            }
+            #expect(store[.launchCount] == 0)
+            // Reading the store inside a write works (another snapshot).
+            try store.write { tx in
+                tx[.launchCount] = 2
+                #expect(store[.launchCount] == 0)
+            }
+            #expect(store[.launchCount] == 2)
+        }
+    }
+
+    @Test func containsKeyNamesAndRemoveAll() throws {
+        try withTemporaryStore { store, _, _ throws in
+            #expect(try store.keyNames().isEmpty)
+            try store.write { tx in
+                tx[.launchCount] = 1
+                tx[.theme] = .light
+                tx[.recent] = ["x"]
+            }
+            #expect(try store.keyNames() == ["launchCount", "recent", "theme"])
+            #expect(try store.contains(.theme))
+            #expect(try store.contains(.frame) == false)
+            try store.removeAll()
+            #expect(try store.keyNames().isEmpty)
+            #expect(store[.theme] == .system)
+            #expect(try store.commits(after: 1).first?.changes.allSatisfy { $0.encodedValue == nil } == true)
+        }
+    }
+
+    @Test func aSnapshotNeverSeesATornMultiKeyWrite() async throws {
+        try await withTemporaryDirectory { path in
+            var options = PersistentDefaults.Options()
+            options.durability = .bounded(interval: .seconds(1))
+            let store = try PersistentDefaults(path: path, options: options)
+            let a = PersistentDefaults.Key<Int>("a", default: 0)
+            let b = PersistentDefaults.Key<Int>("b", default: 0)
+            let torn = Counter()
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    for value in 1...2_000 {
+                        try? store.write { tx in
+                            tx[a] = value
+                            tx[b] = value
+                        }
+                    }
+                }
+                for _ in 0..<2 {
+                    group.addTask {
+                        for _ in 0..<2_000 {
+                            let (first, second) = (try? store.read { ($0[a], $0[b]) }) ?? (0, 0)
+                            if first != second { torn.increment() }
+                        }
+                    }
+                }
+            }
+            #expect(torn.value == 0)
+            #expect(store[a] == 2_000)
+        }
+    }
+
+    @Test func manyThreadsIncrementingInWriteLoseNoUpdate() async throws {
+        try await withTemporaryDirectory { path in
+            var options = PersistentDefaults.Options()
+            options.durability = .bounded(interval: .seconds(1))
+            let store = try PersistentDefaults(path: path, options: options)
+            await withTaskGroup(of: Void.self) { group in
+                for _ in 0..<8 {
+                    group.addTask {
+                        for _ in 0..<250 { try? store.write { $0[.launchCount] += 1 } }
+                    }
+                }
+            }
+            #expect(store[.launchCount] == 2_000)
+            #expect(try store.lastSequence() == 2_000)
+        }
+    }
+
+    @Test func anObjectEscapingItsClosureIsInvalid() throws {
+        try withTemporaryStore { store, _, _ throws in
+            store[.launchCount] = 4
+            let snapshot = try store.read { $0 }
+            #expect(snapshot[.launchCount] == 0)
+            #expect(throws: PersistentDefaultsError.self) { try snapshot.value(for: .launchCount) }
+            let transaction = try store.write { $0 }
+            #expect(throws: PersistentDefaultsError.self) { try transaction.set(1, for: .launchCount) }
+            #expect(store[.launchCount] == 4)
+        }
+    }
+}
