@@ -1,0 +1,93 @@
+import Foundation
+import PersistentDefaults
+import Testing
+
+@Suite struct CommitLogTests {
+    @Test func everyWriteTransactionAppendsOneRecordWithItsChanges() throws {
+        try withTemporaryStore { store, _, _ throws in
+            let before = Date().addingTimeInterval(-1)
+            try store.write { tx in
+                tx[.launchCount] = 1
+                tx[.theme] = .dark
+            }
+            try store.remove(.theme)
+            let records = try store.commits(after: 0)
+            #expect(records.map(\.sequence) == [1, 2])
+            #expect(records[0].changedKeys == ["launchCount", "theme"])
+            #expect(try records[0].changes[1].storedValue() == .string("dark"))
+            #expect(records[1].changes == [CommitRecord.Change(key: "theme", encodedValue: nil)])
+            #expect(records.allSatisfy { $0.processID == getpid() })
+            #expect(records.allSatisfy { $0.timestamp > before && $0.timestamp < Date().addingTimeInterval(1) })
+            #expect(try store.commits(after: 1).map(\.sequence) == [2])
+            #expect(try store.commits(after: 2).isEmpty)
+            #expect(try store.commits(after: .max).isEmpty)
+            #expect(try store.commits(after: 0, limit: 1).map(\.sequence) == [1])
+        }
+    }
+
+    @Test func unchangedValuesAndNoOpTransactionsAreNotLogged() throws {
+        try withTemporaryStore { store, _, _ throws in
+            store[.launchCount] = 5
+            store[.launchCount] = 5
+            try store.write { tx in
+                tx[.launchCount] = 6
+                tx[.launchCount] = 5  // back to where it was: no change
+            }
+            try store.write { _ in }
+            try store.remove(.frame)  // was never stored
+            #expect(try store.lastSequence() == 1)
+            try store.write { tx in
+                tx[.launchCount] = 6
+                tx[.theme] = .system  // the Key<T> style stores even the default: a change
+            }
+            #expect(try store.commits(after: 1).first?.changedKeys == ["launchCount", "theme"])
+        }
+    }
+
+    @Test func retentionKeepsTheNewestRecords() throws {
+        var options = PersistentDefaults.Options()
+        options.logRetention = 5
+        options.durability = .bounded(interval: .seconds(5))
+        try withTemporaryStore(options: options) { store, _, _ throws in
+            for value in 1...12 { store[.launchCount] = value }
+            let records = try store.commits(after: 0)
+            #expect(records.map(\.sequence) == Array(8...12))
+            #expect(try store.lastSequence() == 12)
+            #expect(try store.statistics().logRange == 8...12)
+            #expect(try store.verify().isEmpty)
+        }
+    }
+
+    @Test func sequenceNumbersKeepGrowingAcrossReopens() throws {
+        try withTemporaryDirectory { path in
+            do {
+                let store = try PersistentDefaults(path: path)
+                store[.launchCount] = 1
+                store[.launchCount] = 2
+            }
+            let store = try PersistentDefaults(path: path)
+            store[.launchCount] = 3
+            #expect(try store.commits(after: 0).map(\.sequence) == [1, 2, 3])
+        }
+    }
+
+    @Test func theLogAgreesWithTheData() throws {
+        try withTemporaryStore { store, _, _ throws in
+            for round in 0..<20 {
+                try store.write { tx in
+                    tx[.launchCount] = round
+                    if round.isMultiple(of: 3) { try tx.remove(.recent) } else { tx[.recent] = ["\(round)"] }
+                }
+            }
+            #expect(try store.verify().isEmpty)
+            // Replaying the log from the start reproduces the data.
+            var replayed: [String: [UInt8]] = [:]
+            for record in try store.commits(after: 0) {
+                for change in record.changes { replayed[change.key] = change.encodedValue }
+            }
+            for name in try store.keyNames() {
+                #expect(try replayed[name].map { try StoredValue(bytes: $0) } == store.storedValue(named: name))
+            }
+        }
+    }
+}

@@ -1,0 +1,198 @@
+import CLMDB
+import Foundation
+import PersistentDefaults
+import Testing
+
+private func readOnlyOptions() -> PersistentDefaults.Options {
+    var options = PersistentDefaults.Options()
+    options.readOnly = true
+    return options
+}
+
+private func mode(_ path: String) throws -> Int {
+    try #require(FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int)
+}
+
+/// Opens the raw LMDB environment at `path` and runs `body` in a write transaction.
+private func withRawWrite(_ path: String, _ body: (OpaquePointer) throws -> Void) throws {
+    var env: OpaquePointer?
+    #expect(mdb_env_create(&env) == 0)
+    defer { mdb_env_close(env) }
+    #expect(mdb_env_set_maxdbs(env, 8) == 0)
+    try #require(mdb_env_open(env, path, 0, 0o600) == 0)
+    var txn: OpaquePointer?
+    try #require(mdb_txn_begin(env, nil, 0, &txn) == 0)
+    try body(try #require(txn))
+    #expect(mdb_txn_commit(txn) == 0)
+}
+
+private func put(_ txn: OpaquePointer, database: String?, key: [UInt8], value: [UInt8]) {
+    var dbi: MDB_dbi = 0
+    #expect(mdb_dbi_open(txn, database, UInt32(MDB_CREATE), &dbi) == 0)
+    var key = key
+    var value = value
+    key.withUnsafeMutableBytes { keyBytes in
+        value.withUnsafeMutableBytes { valueBytes in
+            var k = MDB_val(mv_size: keyBytes.count, mv_data: keyBytes.baseAddress)
+            var v = MDB_val(mv_size: valueBytes.count, mv_data: valueBytes.baseAddress)
+            #expect(mdb_put(txn, dbi, &k, &v, 0) == 0)
+        }
+    }
+}
+
+@Suite(.serialized) struct StoreFileTests {
+    @Test func filesGetMode0600AndTheDirectory0700WhateverTheUmask() throws {
+        try withTemporaryDirectory { path in
+            let old = umask(0)
+            defer { umask(old) }
+            let store = try PersistentDefaults(path: path + "/nested/store")
+            store[.launchCount] = 1
+            #expect(try mode(store.path) == 0o700)
+            #expect(try mode(store.path + "/data.mdb") == 0o600)
+            #expect(try mode(store.path + "/lock.mdb") == 0o600)
+        }
+    }
+
+    @Test func readOnlyNeverCreatesAStore() throws {
+        try withTemporaryDirectory { path in
+            #expect(throws: PersistentDefaultsError.notAStore(path: path, reason: "no such directory")) {
+                try PersistentDefaults(path: path, options: readOnlyOptions())
+            }
+            #expect(FileManager.default.fileExists(atPath: path) == false)
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            #expect(throws: PersistentDefaultsError.self) { try PersistentDefaults(path: path, options: readOnlyOptions()) }
+            #expect(try FileManager.default.contentsOfDirectory(atPath: path).isEmpty)
+        }
+    }
+
+    @Test func aReadOnlyStoreReadsAndRefusesWrites() throws {
+        try withTemporaryDirectory { path in
+            do {
+                let writer = try PersistentDefaults(path: path)
+                writer[.launchCount] = 3
+            }
+            let before = fileBytes(path + "/data.mdb")
+            let store = try PersistentDefaults(path: path, options: readOnlyOptions())
+            #expect(store[.launchCount] == 3)
+            #expect(throws: PersistentDefaultsError.readOnly(path: store.path)) { try store.set(4, for: .launchCount) }
+            #expect(throws: PersistentDefaultsError.readOnly(path: store.path)) { try store.write { _ in } }
+            #expect(throws: PersistentDefaultsError.self) { try store.removeAll() }
+            #expect(store[.launchCount] == 3)
+            #expect(fileBytes(path + "/data.mdb") == before)
+        }
+    }
+
+    @Test func pathsThatAreNoStoreGetAClearError() throws {
+        try withTemporaryDirectory { path in
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            let file = path + "/file"
+            #expect(FileManager.default.createFile(atPath: file, contents: Data("x".utf8)))
+            #expect(throws: PersistentDefaultsError.notAStore(path: file, reason: "not a directory")) {
+                try PersistentDefaults(path: file)
+            }
+            #expect(throws: PersistentDefaultsError.notAStore(path: "", reason: "the path is empty")) {
+                try PersistentDefaults(path: "")
+            }
+            for (name, contents) in [("empty", Data()), ("random", Data((0..<8192).map { UInt8(truncatingIfNeeded: $0 &* 7919) }))] {
+                let directory = path + "/" + name
+                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+                #expect(FileManager.default.createFile(atPath: directory + "/data.mdb", contents: contents))
+                #expect(throws: PersistentDefaultsError.self) { try PersistentDefaults(path: directory) }
+                #expect(throws: PersistentDefaultsError.self) { try PersistentDefaults(path: directory, options: readOnlyOptions()) }
+                #expect(fileBytes(directory + "/data.mdb") == contents)
+            }
+        }
+    }
+
+    @Test func aForeignLMDBEnvironmentIsNotTakenOver() throws {
+        try withTemporaryDirectory { path in
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            try withRawWrite(path) { txn in put(txn, database: "other", key: Array("k".utf8), value: [1]) }
+            let before = fileBytes(path + "/data.mdb")
+            #expect {
+                try PersistentDefaults(path: path)
+            } throws: { error in
+                guard case PersistentDefaultsError.notAStore(_, let reason) = error else { return false }
+                return reason.contains("no \"meta\" database")
+            }
+            #expect(fileBytes(path + "/data.mdb") == before)
+        }
+    }
+
+    @Test func aNewerFormatVersionIsRefused() throws {
+        try withTemporaryDirectory { path in
+            do { _ = try PersistentDefaults(path: path) }
+            try withRawWrite(path) { txn in
+                put(txn, database: "meta", key: Array("format-version".utf8), value: [0, 0, 0, 2])
+            }
+            #expect(throws: PersistentDefaultsError.unsupportedFormatVersion(found: 2, supported: 1)) {
+                try PersistentDefaults(path: path)
+            }
+            #expect(throws: PersistentDefaultsError.unsupportedFormatVersion(found: 2, supported: 1)) {
+                try PersistentDefaults(path: path, options: readOnlyOptions())
+            }
+        }
+    }
+
+    @Test func oneEnvironmentPerPathIsShared() throws {
+        try withTemporaryDirectory { path in
+            let first = try PersistentDefaults(path: path)
+            var second: PersistentDefaults? = try PersistentDefaults(path: path + "/../" + (path as NSString).lastPathComponent)
+            #expect(second?.path == first.path)
+            second?[.launchCount] = 8
+            #expect(first[.launchCount] == 8)
+            second = nil
+            first[.launchCount] = 9
+            #expect(first[.launchCount] == 9)
+            #expect(try first.statistics().readers <= 2)
+            var bounded = PersistentDefaults.Options()
+            bounded.durability = .bounded(interval: .seconds(1))
+            #expect(throws: PersistentDefaultsError.self) { try PersistentDefaults(path: path, options: bounded) }
+        }
+    }
+
+    @Test func statisticsDescribeTheStore() throws {
+        try withTemporaryStore { store, _, _ throws in
+            try store.write { tx in
+                tx[.launchCount] = 1
+                tx[.recent] = ["a"]
+            }
+            let stats = try store.statistics()
+            #expect(stats.formatVersion == 1)
+            #expect(stats.values.entries == 2)
+            #expect(stats.log.entries == 1)
+            #expect(stats.logRange == 1...1)
+            #expect(stats.pageSize == 4096)
+            #expect(stats.usedBytes <= stats.mapSize)
+            #expect(stats.dataFileSize > 0)
+            #expect(stats.lockFileSize > 0)
+            #expect(stats.maxReaders == 126)
+        }
+    }
+
+    @Test func aCompactCopyOpensWithTheSameData() throws {
+        try withTemporaryStore { store, path, _ throws in
+            for value in 0..<50 { store[.launchCount] = value }
+            let copy = path + "-copy"
+            try FileManager.default.createDirectory(atPath: copy, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(atPath: copy) }
+            try store.copy(to: copy, compact: true)
+            let reopened = try PersistentDefaults(path: copy, options: readOnlyOptions())
+            #expect(reopened[.launchCount] == 49)
+            #expect(try reopened.lastSequence() == 50)
+        }
+    }
+
+    @Test func resultCodesMatchTheCMacros() {
+        let pairs: [(LMDBResultCode, Int32)] = [
+            (.keyExists, MDB_KEYEXIST), (.notFound, MDB_NOTFOUND), (.pageNotFound, MDB_PAGE_NOTFOUND),
+            (.corrupted, MDB_CORRUPTED), (.panic, MDB_PANIC), (.versionMismatch, MDB_VERSION_MISMATCH),
+            (.invalid, MDB_INVALID), (.mapFull, MDB_MAP_FULL), (.databasesFull, MDB_DBS_FULL),
+            (.readersFull, MDB_READERS_FULL), (.transactionFull, MDB_TXN_FULL), (.mapResized, MDB_MAP_RESIZED),
+            (.incompatible, MDB_INCOMPATIBLE), (.badReaderSlot, MDB_BAD_RSLOT), (.badTransaction, MDB_BAD_TXN),
+            (.badValueSize, MDB_BAD_VALSIZE), (.badDatabaseHandle, MDB_BAD_DBI),
+        ]
+        for (code, macro) in pairs { #expect(code.rawValue == macro) }
+        #expect(LMDBResultCode.mapFull.description == "MDB_MAP_FULL: Environment mapsize limit reached")
+    }
+}
