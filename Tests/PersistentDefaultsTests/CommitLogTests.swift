@@ -59,7 +59,7 @@ import Testing
     }
 
     @Test func sequenceNumbersKeepGrowingAcrossReopens() throws {
-        try withTemporaryDirectory { path in
+        try withTemporaryDirectory { path throws in
             do {
                 let store = try PersistentDefaults(path: path)
                 store[.launchCount] = 1

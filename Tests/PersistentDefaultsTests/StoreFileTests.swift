@@ -42,7 +42,7 @@ private func put(_ txn: OpaquePointer, database: String?, key: [UInt8], value: [
 
 @Suite(.serialized) struct StoreFileTests {
     @Test func filesGetMode0600AndTheDirectory0700WhateverTheUmask() throws {
-        try withTemporaryDirectory { path in
+        try withTemporaryDirectory { path throws in
             let old = umask(0)
             defer { umask(old) }
             let store = try PersistentDefaults(path: path + "/nested/store")
@@ -54,7 +54,7 @@ private func put(_ txn: OpaquePointer, database: String?, key: [UInt8], value: [
     }
 
     @Test func readOnlyNeverCreatesAStore() throws {
-        try withTemporaryDirectory { path in
+        try withTemporaryDirectory { path throws in
             #expect(throws: PersistentDefaultsError.notAStore(path: path, reason: "no such directory")) {
                 try PersistentDefaults(path: path, options: readOnlyOptions())
             }
@@ -66,7 +66,7 @@ private func put(_ txn: OpaquePointer, database: String?, key: [UInt8], value: [
     }
 
     @Test func aReadOnlyStoreReadsAndRefusesWrites() throws {
-        try withTemporaryDirectory { path in
+        try withTemporaryDirectory { path throws in
             do {
                 let writer = try PersistentDefaults(path: path)
                 writer[.launchCount] = 3
@@ -83,7 +83,7 @@ private func put(_ txn: OpaquePointer, database: String?, key: [UInt8], value: [
     }
 
     @Test func pathsThatAreNoStoreGetAClearError() throws {
-        try withTemporaryDirectory { path in
+        try withTemporaryDirectory { path throws in
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
             let file = path + "/file"
             #expect(FileManager.default.createFile(atPath: file, contents: Data("x".utf8)))
@@ -105,7 +105,7 @@ private func put(_ txn: OpaquePointer, database: String?, key: [UInt8], value: [
     }
 
     @Test func aForeignLMDBEnvironmentIsNotTakenOver() throws {
-        try withTemporaryDirectory { path in
+        try withTemporaryDirectory { path throws in
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
             try withRawWrite(path) { txn in put(txn, database: "other", key: Array("k".utf8), value: [1]) }
             let before = fileBytes(path + "/data.mdb")
@@ -120,7 +120,7 @@ private func put(_ txn: OpaquePointer, database: String?, key: [UInt8], value: [
     }
 
     @Test func aNewerFormatVersionIsRefused() throws {
-        try withTemporaryDirectory { path in
+        try withTemporaryDirectory { path throws in
             do { _ = try PersistentDefaults(path: path) }
             try withRawWrite(path) { txn in
                 put(txn, database: "meta", key: Array("format-version".utf8), value: [0, 0, 0, 2])
@@ -135,7 +135,7 @@ private func put(_ txn: OpaquePointer, database: String?, key: [UInt8], value: [
     }
 
     @Test func oneEnvironmentPerPathIsShared() throws {
-        try withTemporaryDirectory { path in
+        try withTemporaryDirectory { path throws in
             let first = try PersistentDefaults(path: path)
             var second: PersistentDefaults? = try PersistentDefaults(path: path + "/../" + (path as NSString).lastPathComponent)
             #expect(second?.path == first.path)

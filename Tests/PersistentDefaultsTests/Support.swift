@@ -21,7 +21,7 @@ func withTemporaryDirectory<R>(_ body: (String) async throws -> R) async throws 
 func withTemporaryStore<R>(
     options: PersistentDefaults.Options = .init(), _ body: (PersistentDefaults, String, ErrorLog) throws -> R
 ) throws -> R {
-    try withTemporaryDirectory { path in
+    try withTemporaryDirectory { path throws in
         let log = ErrorLog()
         var options = options
         options.errorHandler = { error in log.append(error) }

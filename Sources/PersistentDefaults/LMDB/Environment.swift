@@ -67,7 +67,7 @@ struct EnvironmentInfo: Sendable, Equatable {
 /// `@unchecked Sendable`: LMDB environments are thread-safe; every use of the handle happens
 /// under `gate` (shared for transactions, exclusive for map changes and close), the read pool
 /// sits behind a `Mutex`, and `writeSawMapFull` is touched only by the thread that holds LMDB's
-/// process-shared writer mutex.
+/// process-shared writer mutex, as is `writeBytes`.
 final class Environment: @unchecked Sendable {
     fileprivate let handle: EnvironmentHandle
     let gate = TransactionGate()
@@ -77,6 +77,8 @@ final class Environment: @unchecked Sendable {
     private let readPool = Mutex<[PooledTransaction]>([])
     private var isClosed = false
     private var writeSawMapFull = false
+    /// Bytes put in the current write transaction, to size the map when it is full.
+    private var writeBytes = 0
 
     /// Reset read transactions kept for reuse (`mdb_txn_reset` / `mdb_txn_renew`).
     private struct PooledTransaction: @unchecked Sendable {
@@ -221,7 +223,7 @@ final class Environment: @unchecked Sendable {
                     throw PersistentDefaultsError.lmdb(
                         code: .mapFull, operation: "grow the map inside a read on this thread")
                 }
-                needed = max(needed * 2, mapSize)
+                needed = max(needed * 2, writeBytes)
                 try grow(toFit: needed)
             }
         }
@@ -236,6 +238,7 @@ final class Environment: @unchecked Sendable {
             throw PersistentDefaultsError.lmdb(code: .badTransaction, operation: "mdb_txn_begin")
         }
         writeSawMapFull = false
+        writeBytes = 0
         let result: R
         do {
             result = try body(Transaction(handle: transaction, environment: self))
@@ -255,12 +258,13 @@ final class Environment: @unchecked Sendable {
         return result
     }
 
-    /// Records that a put in the current write transaction hit `MDB_MAP_FULL`.
-    fileprivate func noteMapFull() { writeSawMapFull = true }
+    /// Records the size of a put in the current write transaction, and whether it hit `MDB_MAP_FULL`.
+    fileprivate func notePut(bytes: Int, code: Int32) {
+        writeBytes += bytes
+        if code == MDB_MAP_FULL { writeSawMapFull = true }
+    }
 
     // MARK: Map size
-
-    private var mapSize: Int { info().mapSize }
 
     private func needsGrowth(forWriting bytes: Int) -> Bool {
         let facts = info()
@@ -401,7 +405,7 @@ struct Transaction {
         var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
         var data = MDB_val(mv_size: value.count, mv_data: UnsafeMutableRawPointer(mutating: value.baseAddress))
         let code = mdb_put(handle, database, &keyValue, &data, 0)
-        if code == MDB_MAP_FULL { environment.noteMapFull() }
+        environment.notePut(bytes: key.count + value.count, code: code)
         try check(code, "mdb_put")
     }
 
@@ -411,7 +415,7 @@ struct Transaction {
         var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
         let code = mdb_del(handle, database, &keyValue, nil)
         if code == MDB_NOTFOUND { return false }
-        if code == MDB_MAP_FULL { environment.noteMapFull() }
+        environment.notePut(bytes: 0, code: code)
         try check(code, "mdb_del")
         return true
     }
@@ -419,7 +423,7 @@ struct Transaction {
     /// Deletes every entry of a database, keeping the database.
     func empty(_ database: DatabaseHandle) throws {
         let code = mdb_drop(handle, database, 0)
-        if code == MDB_MAP_FULL { environment.noteMapFull() }
+        environment.notePut(bytes: 0, code: code)
         try check(code, "mdb_drop")
     }
 

@@ -1,0 +1,117 @@
+import Foundation
+import PersistentDefaults
+import Testing
+
+@Suite struct ProcessTests {
+    @Test func twoProcessesIncrementingThroughWriteLoseNoUpdate() async throws {
+        try await withTemporaryDirectory { path in
+            let store = try PersistentDefaults(path: path)
+            let counter = PersistentDefaults.Key<Int>("counter", default: 0)
+            async let first = Task.detached { try runProduct("pd-worker", ["increment", path, "counter", "200"]) }.value
+            async let second = Task.detached { try runProduct("pd-worker", ["increment", path, "counter", "200"]) }.value
+            // This process increments at the same time.
+            for _ in 0..<100 { try store.write { $0[counter] += 1 } }
+            let results = try await [first, second]
+            #expect(results.map(\.status) == [0, 0], "\(results.map(\.stderr))")
+            #expect(store[counter] == 500)
+            #expect(try store.lastSequence() == 500)
+            let pids = Set(try store.commits(after: 0).map(\.processID))
+            #expect(pids.count == 3)
+        }
+    }
+
+    @Test func valuesCommittedByAnEndedProcessAreThereOnReopen() throws {
+        try withTemporaryDirectory { path throws in
+            let result = try runProduct("pd-worker", ["set-int", path, "answer", "42"])
+            #expect(result.status == 0, "\(result.stderr)")
+            let store = try PersistentDefaults(path: path)
+            #expect(store[PersistentDefaults.Key<Int>("answer", default: 0)] == 42)
+            #expect(try store.commits(after: 0).first?.processID != getpid())
+        }
+    }
+
+    @Test func aMapGrownByAnotherProcessIsAdopted() throws {
+        try withTemporaryDirectory { path throws in
+            let store = try PersistentDefaults(path: path)  // 1 MiB map
+            store[.launchCount] = 1
+            let mapBefore = try store.statistics().mapSize
+            let result = try runProduct("pd-worker", ["set-bytes", path, "blob", "\(8 << 20)"])
+            #expect(result.status == 0, "\(result.stderr)")
+            let blob = PersistentDefaults.Key<Data>("blob", default: Data())
+            #expect(try store.value(for: blob).count == 8 << 20)
+            store[.launchCount] = 2
+            #expect(store[.launchCount] == 2)
+            #expect(try store.statistics().mapSize > mapBefore)
+        }
+    }
+
+    @Test func workerUsageErrorsExitWithTwo() throws {
+        #expect(try runProduct("pd-worker", ["frobnicate"]).status == 2)
+        try withTemporaryDirectory { path throws in
+            #expect(try runProduct("pd-worker", ["frobnicate", path, "k", "1"]).status == 2)
+        }
+    }
+}
+
+@Suite struct SizeTests {
+    @Test func valuesOfManyMegabytesGrowTheMapByThemselves() throws {
+        var options = PersistentDefaults.Options()
+        options.initialMapSize = 1 << 20
+        try withTemporaryStore(options: options) { store, _, log throws in
+            let blob = PersistentDefaults.Key<Data>("blob", default: Data())
+            let big = Data((0..<(24 << 20)).map { UInt8(truncatingIfNeeded: $0) })
+            try store.set(big, for: blob)
+            #expect(try store.value(for: blob) == big)
+            // Growth also happens inside a transaction whose size was not known in advance.
+            try store.write { tx in
+                for index in 0..<40 {
+                    tx[PersistentDefaults.Key<Data>("chunk\(index)", default: Data())] = Data(repeating: UInt8(index), count: 256 << 10)
+                }
+            }
+            #expect(store[PersistentDefaults.Key<Data>("chunk39", default: Data())].count == 256 << 10)
+            #expect(try store.statistics().mapSize >= 34 << 20)
+            #expect(log.all.isEmpty)
+            #expect(try store.verify().isEmpty)
+        }
+    }
+
+    @Test func theBodyOfAWriteRunsAgainOnlyWhenTheMapMustGrow() throws {
+        try withTemporaryStore { store, _, _ throws in
+            let runs = Counter()
+            try store.write { tx in
+                runs.increment()
+                tx[PersistentDefaults.Key<Data>("big", default: Data())] = Data(repeating: 1, count: 4 << 20)
+            }
+            #expect(runs.value == 2)
+            try store.write { tx in
+                runs.increment()
+                tx[.launchCount] = 1
+            }
+            #expect(runs.value == 3)
+        }
+    }
+}
+
+@Suite struct DurabilityTests {
+    @Test func boundedModeCommitsAreReadableAndSurviveReopen() throws {
+        try withTemporaryDirectory { path throws in
+            var options = PersistentDefaults.Options()
+            options.durability = .bounded(interval: .milliseconds(50))
+            do {
+                let store = try PersistentDefaults(path: path, options: options)
+                for value in 1...100 { store[.launchCount] = value }
+                #expect(store[.launchCount] == 100)
+                try store.flush()
+            }
+            let reopened = try PersistentDefaults(path: path)
+            #expect(reopened[.launchCount] == 100)
+            #expect(try reopened.lastSequence() == 100)
+        }
+    }
+
+    @Test func durabilityDescribesItself() {
+        #expect(PersistentDefaults.Durability.sync.description == "sync")
+        #expect(PersistentDefaults.Options().durability == .sync)
+        #expect(PersistentDefaults.Durability.bounded(interval: .seconds(1)).description == "bounded(1.0 seconds)")
+    }
+}
