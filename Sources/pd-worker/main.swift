@@ -29,7 +29,8 @@ func run(_ arguments: [String]) -> ExitCode {
         case ("set-int", let value?):
             try store.set(value, for: PersistentDefaults.Key<Int>(arguments[2], default: 0))
         case ("set-bytes", let size?):
-            try store.set(Data(repeating: 0xAB, count: size), for: PersistentDefaults.Key<Data>(arguments[2], default: Data()))
+            try store.set(
+                Data(repeating: 0xAB, count: size), for: PersistentDefaults.Key<Data>(arguments[2], default: Data()))
         default:
             FileHandle.standardError.write(Data("pd-worker: unknown command \(arguments[0])\n".utf8))
             return .usage

@@ -57,7 +57,8 @@ let retries = PersistentDefaults.Key<Int>("retries", default: 3)  // keys can al
                 tx[.launchCount] = 10
                 tx[.frame] = WindowFrame(x: 1, y: 2, title: "Main")
             }  // an error thrown inside: nothing is written
-            let (count, frame) = try store.read { snapshot in (snapshot[.launchCount], snapshot[.frame]) }  // one snapshot
+            // one snapshot
+            let (count, frame) = try store.read { snapshot in (snapshot[.launchCount], snapshot[.frame]) }
             #expect(count == 10)
             #expect(frame == WindowFrame(x: 1, y: 2, title: "Main"))
             #expect(store[retries] == 3)

@@ -4,11 +4,12 @@ import Testing
 
 @Suite struct ProcessTests {
     @Test func twoProcessesIncrementingThroughWriteLoseNoUpdate() async throws {
-        try await withTemporaryDirectory { path in
+        try await withTemporaryDirectoryAsync { path in
             let store = try PersistentDefaults(path: path)
             let counter = PersistentDefaults.Key<Int>("counter", default: 0)
             async let first = Task.detached { try runProduct("pd-worker", ["increment", path, "counter", "200"]) }.value
-            async let second = Task.detached { try runProduct("pd-worker", ["increment", path, "counter", "200"]) }.value
+            async let second = Task.detached { try runProduct("pd-worker", ["increment", path, "counter", "200"]) }
+                .value
             // This process increments at the same time.
             for _ in 0..<100 { try store.write { $0[counter] += 1 } }
             let results = try await [first, second]
@@ -65,7 +66,8 @@ import Testing
             // Growth also happens inside a transaction whose size was not known in advance.
             try store.write { tx in
                 for index in 0..<40 {
-                    tx[PersistentDefaults.Key<Data>("chunk\(index)", default: Data())] = Data(repeating: UInt8(index), count: 256 << 10)
+                    tx[PersistentDefaults.Key<Data>("chunk\(index)", default: Data())] = Data(
+                        repeating: UInt8(index), count: 256 << 10)
                 }
             }
             #expect(store[PersistentDefaults.Key<Data>("chunk39", default: Data())].count == 256 << 10)

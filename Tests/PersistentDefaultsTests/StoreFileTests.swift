@@ -60,7 +60,9 @@ private func put(_ txn: OpaquePointer, database: String?, key: [UInt8], value: [
             }
             #expect(FileManager.default.fileExists(atPath: path) == false)
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-            #expect(throws: PersistentDefaultsError.self) { try PersistentDefaults(path: path, options: readOnlyOptions()) }
+            #expect(throws: PersistentDefaultsError.self) {
+                try PersistentDefaults(path: path, options: readOnlyOptions())
+            }
             #expect(try FileManager.default.contentsOfDirectory(atPath: path).isEmpty)
         }
     }
@@ -93,12 +95,16 @@ private func put(_ txn: OpaquePointer, database: String?, key: [UInt8], value: [
             #expect(throws: PersistentDefaultsError.notAStore(path: "", reason: "the path is empty")) {
                 try PersistentDefaults(path: "")
             }
-            for (name, contents) in [("empty", Data()), ("random", Data((0..<8192).map { UInt8(truncatingIfNeeded: $0 &* 7919) }))] {
+            for (name, contents) in [
+                ("empty", Data()), ("random", Data((0..<8192).map { UInt8(truncatingIfNeeded: $0 &* 7919) })),
+            ] {
                 let directory = path + "/" + name
                 try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
                 #expect(FileManager.default.createFile(atPath: directory + "/data.mdb", contents: contents))
                 #expect(throws: PersistentDefaultsError.self) { try PersistentDefaults(path: directory) }
-                #expect(throws: PersistentDefaultsError.self) { try PersistentDefaults(path: directory, options: readOnlyOptions()) }
+                #expect(throws: PersistentDefaultsError.self) {
+                    try PersistentDefaults(path: directory, options: readOnlyOptions())
+                }
                 #expect(fileBytes(directory + "/data.mdb") == contents)
             }
         }
@@ -137,7 +143,8 @@ private func put(_ txn: OpaquePointer, database: String?, key: [UInt8], value: [
     @Test func oneEnvironmentPerPathIsShared() throws {
         try withTemporaryDirectory { path throws in
             let first = try PersistentDefaults(path: path)
-            var second: PersistentDefaults? = try PersistentDefaults(path: path + "/../" + (path as NSString).lastPathComponent)
+            var second: PersistentDefaults? = try PersistentDefaults(
+                path: path + "/../" + (path as NSString).lastPathComponent)
             #expect(second?.path == first.path)
             second?[.launchCount] = 8
             #expect(first[.launchCount] == 8)

@@ -11,7 +11,7 @@ func withTemporaryDirectory<R>(_ body: (String) throws -> R) throws -> R {
 }
 
 /// `withTemporaryDirectory` for async bodies.
-func withTemporaryDirectory<R>(_ body: (String) async throws -> R) async throws -> R {
+func withTemporaryDirectoryAsync<R>(_ body: (String) async throws -> R) async throws -> R {
     let path = FileManager.default.temporaryDirectory.appendingPathComponent("pd-test-\(UUID().uuidString)").path
     defer { try? FileManager.default.removeItem(atPath: path) }
     return try await body(path)

@@ -89,7 +89,7 @@ private struct Abort: Error {}
     }
 
     @Test func aSnapshotNeverSeesATornMultiKeyWrite() async throws {
-        try await withTemporaryDirectory { path in
+        try await withTemporaryDirectoryAsync { path in
             var options = PersistentDefaults.Options()
             options.durability = .bounded(interval: .seconds(1))
             let store = try PersistentDefaults(path: path, options: options)
@@ -120,7 +120,7 @@ private struct Abort: Error {}
     }
 
     @Test func manyThreadsIncrementingInWriteLoseNoUpdate() async throws {
-        try await withTemporaryDirectory { path in
+        try await withTemporaryDirectoryAsync { path in
             var options = PersistentDefaults.Options()
             options.durability = .bounded(interval: .seconds(1))
             let store = try PersistentDefaults(path: path, options: options)

@@ -2,7 +2,10 @@ import Foundation
 import PersistentDefaults
 import Testing
 
-private enum Level: Int, Codable, Sendable { case low = 1, high = 2 }
+private enum Level: Int, Codable, Sendable {
+    case low = 1
+    case high = 2
+}
 private enum Mode: String, Sendable { case fast, safe }  // RawRepresentable, not Codable
 private struct Nested: Codable, Equatable, Sendable {
     var name: String
@@ -54,7 +57,8 @@ private func roundTrip<Value: Codable & Equatable & Sendable>(
             #expect(try roundTrip(["z": 1, "a": 2], default: [:], in: store) == .json(#"{"a":2,"z":1}"#))
             #expect(try roundTrip([[1, 2], [3]], default: [], in: store) == .json("[[1,2],[3]]"))
             let nested = Nested(name: "n", tags: ["x"], created: Date(timeIntervalSince1970: 5), payload: Data([1]))
-            let stored = try roundTrip(nested, default: Nested(name: "", tags: [], created: .distantPast, payload: Data()), in: store)
+            let stored = try roundTrip(
+                nested, default: Nested(name: "", tags: [], created: .distantPast, payload: Data()), in: store)
             #expect(stored?.tag == .json)
         }
     }
