@@ -30,7 +30,10 @@ final class StoreCore: Sendable {
     let databases: Databases
     let reporter: ErrorReporter
     private let flusher: Flusher?
-    private let commitHandlers = Mutex<[@Sendable (CommitRecord) -> Void]>([])
+    /// The observers of this store in this process.
+    let observers = ObserverRegistry()
+    /// Commits of this process that appended a log record.
+    let localLoggedCommits = Atomic<Int>(0)
 
     init(path: String, options: PersistentDefaults.Options) throws {
         self.path = path
@@ -59,6 +62,7 @@ final class StoreCore: Sendable {
 
     /// Flushes and closes; the last handle of the path calls this.
     func close() {
+        observers.close()
         flusher?.stop()
         environment.close()
     }
@@ -126,9 +130,9 @@ final class StoreCore: Sendable {
             return result
         }
         if let committed {
+            localLoggedCommits.add(1, ordering: .relaxed)
             flusher?.markDirty()
-            let handlers = commitHandlers.withLock { $0 }
-            for handler in handlers { handler(committed) }
+            observers.didCommit(committed, core: self)
         }
         return result
     }
@@ -153,11 +157,6 @@ final class StoreCore: Sendable {
             for key in expired { try key.withUnsafeBytes { _ = try transaction.delete(databases.log, $0) } }
         }
         return record
-    }
-
-    /// Registers a handler called after every commit made through this process.
-    func addCommitHandler(_ handler: @escaping @Sendable (CommitRecord) -> Void) {
-        commitHandlers.withLock { $0.append(handler) }
     }
 
     // MARK: Reading

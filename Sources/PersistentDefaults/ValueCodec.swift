@@ -14,6 +14,11 @@ struct ValueCodec<Value>: @unchecked Sendable {
     /// Decodes tag and payload.
     let decode: (UnsafeRawBufferPointer) throws(StoredValueError) -> Value
 
+    /// Decodes copied bytes.
+    func decode(_ bytes: [UInt8]) throws(StoredValueError) -> Value {
+        try bytes.withUnsafeBytes { buffer in Result { () throws(StoredValueError) in try decode(buffer) } }.get()
+    }
+
     /// Stores `Value` through `Stored`'s codec with a conversion in each direction.
     func converted<Converted>(
         encode toStored: @escaping (Converted) throws -> Value,

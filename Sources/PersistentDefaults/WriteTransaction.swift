@@ -137,7 +137,7 @@ public final class WriteTransaction {
     private func oldValue<Value>(of key: PersistentDefaults.Key<Value>, in transaction: Transaction) throws -> Value? {
         guard let bytes = try core.encodedValue(named: key.nameBytes, in: transaction) else { return nil }
         // A stored value that no longer decodes is replaced, not compared.
-        return try? bytes.withUnsafeBytes { (buffer) throws(StoredValueError) in try key.codec.decode(buffer) }
+        return try? key.codec.decode(bytes)
     }
 
     /// Writes `bytes` (nil removes) unless they equal what the transaction already holds.

@@ -7,6 +7,8 @@ import PersistentDefaults
 //   pd-worker set-int DIR KEY VALUE        one durable set of an Int
 //   pd-worker set-bytes DIR KEY BYTES      one set of a Data value of BYTES bytes (grows the map)
 //
+// PD_LOG_RETENTION in the environment sets the store's log retention.
+//
 // Exit codes: 0 done, 2 usage, 3 a store error (printed on stderr).
 
 enum ExitCode: Int32 {
@@ -21,7 +23,11 @@ func run(_ arguments: [String]) -> ExitCode {
         return .usage
     }
     do {
-        let store = try PersistentDefaults(path: arguments[1])
+        var options = PersistentDefaults.Options()
+        if let retention = ProcessInfo.processInfo.environment["PD_LOG_RETENTION"].flatMap(Int.init) {
+            options.logRetention = retention
+        }
+        let store = try PersistentDefaults(path: arguments[1], options: options)
         switch (arguments[0], Int(arguments[3])) {
         case ("increment", let count?):
             let key = PersistentDefaults.Key<Int>(arguments[2], default: 0)

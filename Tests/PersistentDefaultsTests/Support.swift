@@ -39,8 +39,11 @@ final class ErrorLog: Sendable {
 
 /// Runs an executable built next to the test bundle; returns exit status and standard error.
 @discardableResult
-func runProduct(_ name: String, _ arguments: [String]) throws -> (status: Int32, stderr: String) {
+func runProduct(
+    _ name: String, _ arguments: [String], environment: [String: String] = [:]
+) throws -> (status: Int32, stderr: String) {
     let process = Process()
+    process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
     process.executableURL = productsDirectory.appendingPathComponent(name)
     process.arguments = arguments
     let errorPipe = Pipe()
@@ -72,4 +75,27 @@ final class Counter: Sendable {
     private let count = Atomic<Int>(0)
     func increment() { count.add(1, ordering: .relaxed) }
     var value: Int { count.load(ordering: .relaxed) }
+}
+
+/// Values recorded from callbacks, with a wait for a count that gives up after a timeout.
+final class Events<Value: Sendable>: Sendable {
+    private let values = Mutex<[Value]>([])
+    private let signal = DispatchSemaphore(value: 0)
+
+    func append(_ value: Value) {
+        values.withLock { $0.append(value) }
+        signal.signal()
+    }
+
+    var all: [Value] { values.withLock { $0 } }
+
+    /// Waits until at least `count` values arrived; false after `timeout` seconds without.
+    @discardableResult
+    func wait(forCount count: Int, timeout: Double = 10) -> Bool {
+        let deadline = DispatchTime.now() + timeout
+        while values.withLock({ $0.count }) < count {
+            if signal.wait(timeout: deadline) == .timedOut { return values.withLock { $0.count } >= count }
+        }
+        return true
+    }
 }

@@ -79,6 +79,10 @@ final class Environment: @unchecked Sendable {
     private var writeSawMapFull = false
     /// Bytes put in the current write transaction, to size the map when it is full.
     private var writeBytes = 0
+    /// Whether the current write transaction put or deleted anything.
+    private var writeTouched = false
+    /// Commits of this process that changed pages: each advanced LMDB's transaction ID by one.
+    let localCommits = Atomic<Int>(0)
 
     /// Reset read transactions kept for reuse (`mdb_txn_reset` / `mdb_txn_renew`).
     private struct PooledTransaction: @unchecked Sendable {
@@ -239,6 +243,7 @@ final class Environment: @unchecked Sendable {
         }
         writeSawMapFull = false
         writeBytes = 0
+        writeTouched = false
         let result: R
         do {
             result = try body(Transaction(handle: transaction, environment: self))
@@ -255,12 +260,14 @@ final class Environment: @unchecked Sendable {
         let commitCode = mdb_txn_commit(transaction)
         if commitCode == MDB_MAP_FULL { throw RetrySignal.mapFull }
         try check(commitCode, "mdb_txn_commit")
+        if writeTouched { localCommits.add(1, ordering: .relaxed) }
         return result
     }
 
     /// Records the size of a put in the current write transaction, and whether it hit `MDB_MAP_FULL`.
     fileprivate func notePut(bytes: Int, code: Int32) {
         writeBytes += bytes
+        writeTouched = true
         if code == MDB_MAP_FULL { writeSawMapFull = true }
     }
 
@@ -378,6 +385,9 @@ struct Transaction {
     let handle: TransactionHandle
     // Made only by `Environment`'s scopes (the memberwise initializer is file-private).
     fileprivate unowned(unsafe) let environment: Environment
+
+    /// The ID of the snapshot (read) or of the transaction being written. (`mdb_txn_id`)
+    var id: Int { mdb_txn_id(handle) }
 
     /// Opens (and, in a write transaction, creates) a named database.
     func openDatabase(_ name: String, create: Bool) throws(PersistentDefaultsError) -> DatabaseHandle? {

@@ -1,0 +1,124 @@
+import Dispatch
+
+extension PersistentDefaults {
+    /// Calls `handler` after every committed transaction that changed `key`, with the old and
+    /// new value, until the returned token is cancelled or released.
+    ///
+    /// ```swift
+    /// let observation = store.observe(.launchCount) { change in
+    ///     print(change.oldValue, "→", change.newValue, "in commit", change.sequence)
+    /// }
+    /// ```
+    ///
+    /// - Never for a transaction that aborted or threw, never for a write that left the value as
+    ///   it was, and once per transaction however often the key was written in it.
+    /// - In commit order, also for commits made by other processes (noticed within about 10 ms).
+    /// - Without `queue`, the callback runs on the committing thread before `set`/`write`
+    ///   returns (for other processes' commits: on the store's watcher thread). With `queue`, it
+    ///   is dispatched there asynchronously, in order for a serial queue.
+    /// - The callback may read and write the store; its writes are new commits, delivered after.
+    /// - A stored value that does not decode as `Value` is reported through
+    ///   ``Options/errorHandler``; such a change is not delivered.
+    public func observe<Value>(
+        _ key: Key<Value>, queue: DispatchQueue? = nil, _ handler: @escaping @Sendable (KeyChange<Value>) -> Void
+    ) -> ObservationToken {
+        observe(
+            key, registered: { _ in },
+            deliver: { change in
+                if let queue { queue.async { handler(change) } } else { handler(change) }
+            })
+    }
+
+    /// Observes a key type's value; see ``observe(_:queue:_:)-(Key<Value>,_,_)``.
+    public func observe<K: PersistentDefaultsKey>(
+        _ key: K, queue: DispatchQueue? = nil, _ handler: @escaping @Sendable (KeyChange<K.Value>) -> Void
+    ) -> ObservationToken where K.Conversion.Stored: Codable {
+        observe(K.key, queue: queue, handler)
+    }
+
+    /// Calls `handler` once per committed write transaction that changed at least one key, in
+    /// commit order, from this process or another one, with the record from the commit log
+    /// (``CommitRecord/changedKeys`` names the keys whose value changed).
+    ///
+    /// ```swift
+    /// let commits = store.observeCommits { commit in print(commit.sequence, commit.changedKeys) }
+    /// ```
+    ///
+    /// If this process falls so far behind that records were pruned before it read them, those
+    /// records are not delivered here (key observers still learn of every change).
+    public func observeCommits(
+        queue: DispatchQueue? = nil, _ handler: @escaping @Sendable (CommitRecord) -> Void
+    ) -> ObservationToken {
+        let sequence: UInt64
+        do {
+            sequence = try lastSequence()
+        } catch {
+            core.reporter.report(error)
+            sequence = 0
+        }
+        return core.observers.addCommitObserver(sequence: sequence, core: core) { record in
+            if let queue { queue.async { handler(record) } } else { handler(record) }
+        }
+    }
+
+    /// The key's value now, then its value after each commit that changes it.
+    ///
+    /// ```swift
+    /// for await theme in store.updates(for: .theme) { apply(theme) }
+    /// ```
+    ///
+    /// A consumer slower than the writers sees the newest value, not a backlog. The observation
+    /// ends when the iterating task is cancelled or the stream is released.
+    public func updates<Value>(for key: Key<Value>) -> AsyncStream<Value> {
+        AsyncStream(bufferingPolicy: .bufferingNewest(1)) { continuation in
+            let token = observe(
+                key, registered: { continuation.yield($0) }, deliver: { continuation.yield($0.newValue) })
+            continuation.onTermination = { _ in token.cancel() }
+        }
+    }
+
+    /// A key type's values; see ``updates(for:)-(Key<Value>)``.
+    public func updates<K: PersistentDefaultsKey>(for key: K) -> AsyncStream<K.Value>
+    where K.Conversion.Stored: Codable {
+        updates(for: K.key)
+    }
+
+    /// Registers a key observer that gets decoded changes; `registered` gets the current value
+    /// before any change can be delivered.
+    private func observe<Value>(
+        _ key: Key<Value>, registered: (Value) -> Void, deliver: @escaping @Sendable (KeyChange<Value>) -> Void
+    ) -> ObservationToken {
+        let core = self.core
+        var current: [UInt8]?
+        var sequence: UInt64 = 0
+        do {
+            try key.validate()
+            (current, sequence) = try core.environment.withRead { transaction in
+                (try core.encodedValue(named: key.nameBytes, in: transaction), try core.lastSequence(in: transaction))
+            }
+        } catch {
+            core.reporter.report(error)
+        }
+        let decode: @Sendable ([UInt8]?) -> Value? = { bytes in
+            guard let bytes else { return key.defaultValue }
+            do throws(StoredValueError) {
+                return try key.codec.decode(bytes)
+            } catch {
+                core.reporter.reportOnce(
+                    PersistentDefaultsError.decodingFailed(
+                        key: key.name, type: "\(Value.self)", reason: error.description))
+                return nil
+            }
+        }
+        let initial = decode(current) ?? key.defaultValue
+        return core.observers.addKeyObserver(
+            name: key.name, current: current, sequence: sequence, core: core,
+            handler: { old, new, sequence in
+                guard let newValue = decode(new) else { return }
+                let change = KeyChange(
+                    key: key.name, oldValue: decode(old) ?? key.defaultValue, newValue: newValue, sequence: sequence)
+                deliver(change)
+            },
+            registered: { registered(initial) })
+    }
+}
