@@ -200,11 +200,12 @@ extension Runner {
         var remaining = follow.maxEvents ?? .max
         let deadline = follow.timeout.map { ContinuousClock.now + .seconds($0) }
         let start = try follow.since ?? store.lastSequence()
+        let stop = StopSignal()
         if format == .human {
             let what = keys.isEmpty ? "every key" : keys.joined(separator: ", ")
             console.printError("watching \(what) after commit #\(start); interrupt to stop\n")
         }
-        try CommitFollower(store: store).follow(after: start, until: deadline, stop: StopSignal()) { records in
+        try CommitFollower(store: store).follow(after: start, until: deadline, stop: stop) { records in
             var rows: [[String]] = []
             for record in records {
                 for change in record.changes where wanted.isEmpty || wanted.contains(change.key) {

@@ -2,6 +2,9 @@
 enum Suggestion {
     /// The candidate closest to `word` by edit distance, when it is close enough to be a typo.
     static func closest(to word: String, among candidates: [String]) -> String? {
+        // An abbreviation such as `--clear` for `--clear-stale`.
+        let extensions = candidates.filter { $0.hasPrefix(word) }
+        if word.count >= 3, extensions.count == 1 { return extensions[0] }
         let scored = candidates.map { (candidate: $0, distance: editDistance(word, $0)) }
         guard let best = scored.min(by: { $0.distance < $1.distance }) else { return nil }
         let allowed = max(1, min(word.count, best.candidate.count) / 3)
