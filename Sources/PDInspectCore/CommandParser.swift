@@ -76,7 +76,8 @@ public enum CommandParser {
             guard arguments.flag("--follow") || limits == FollowOptions() else {
                 throw UsageError("--max-events and --timeout need --follow", verb: verb)
             }
-            return .log(database: database, range: range, follow: arguments.flag("--follow") ? limits : nil, format: format)
+            return .log(
+                database: database, range: range, follow: arguments.flag("--follow") ? limits : nil, format: format)
         case .watch:
             let values = try arguments.positionals(["DB"], variadic: "KEY")
             var keys: [String] = []

@@ -234,7 +234,8 @@ extension Runner {
         if format == .json {
             try printJSON(
                 CheckReport(
-                    ok: problems.isEmpty, keys: stats.values.entries, logRecords: stats.log.entries, problems: problems))
+                    ok: problems.isEmpty, keys: stats.values.entries, logRecords: stats.log.entries, problems: problems)
+            )
         } else if problems.isEmpty {
             console.print(
                 "ok: \(stats.values.entries) keys and \(stats.log.entries) log records checked, no problems\n")
@@ -258,7 +259,8 @@ extension Runner {
         try StorePreflight.check(destination)
         let after = Self.fileSize(copied)
         if format == .json {
-            try printJSON(CompactReport(source: store.path, destination: destination, sizeBefore: before, sizeAfter: after))
+            try printJSON(
+                CompactReport(source: store.path, destination: destination, sizeBefore: before, sizeAfter: after))
         } else {
             let saved = before > 0 ? Int((Double(before - after) / Double(before) * 100).rounded()) : 0
             console.print(

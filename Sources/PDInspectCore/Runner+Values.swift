@@ -108,7 +108,8 @@ extension Runner {
             switch entry.decoded {
             case .success(let value): keys[entry.name] = TypedValue(value)
             case .failure(let error):
-                throw CommandFailure(.unavailable, "cannot export: value of \"\(entry.name)\" does not decode: \(error)")
+                throw CommandFailure(
+                    .unavailable, "cannot export: value of \"\(entry.name)\" does not decode: \(error)")
             }
         }
         let data = try JSONCoding.pretty.encode(ExportDocument(keys: keys)) + Data("\n".utf8)

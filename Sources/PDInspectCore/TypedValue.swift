@@ -94,7 +94,8 @@ struct ExportDocument: Codable, Sendable, Equatable {
         format = try container.decode(String.self, forKey: .format)
         guard format == Self.formatName else {
             throw DecodingError.dataCorruptedError(
-                forKey: .format, in: container, debugDescription: "expected \"\(Self.formatName)\", found \"\(format)\"")
+                forKey: .format, in: container, debugDescription: "expected \"\(Self.formatName)\", found \"\(format)\""
+            )
         }
         version = try container.decode(Int.self, forKey: .version)
         guard version == Self.currentVersion else {

@@ -49,7 +49,8 @@ enum Damage: String, CaseIterable, Sendable {
 @Suite("pdinspect bad input")
 struct BadInputTests {
     static let verbs: [[String]] = [
-        ["get", "k"], ["keys"], ["dump", "--json"], ["stat"], ["log"], ["check"], ["readers"], ["set", "k", "1", "--type", "int"],
+        ["get", "k"], ["keys"], ["dump", "--json"], ["stat"], ["log"], ["check"], ["readers"],
+        ["set", "k", "1", "--type", "int"],
         ["delete", "k"],
     ]
 
@@ -131,7 +132,10 @@ struct BadInputTests {
             "bad base64", #"{"format":"pdinspect-export","version":1,"keys":{"a":{"type":"data","value":"%%"}}}"#,
             "not base64 data"
         ),
-        ("empty key name", #"{"format":"pdinspect-export","version":1,"keys":{"":{"type":"int","value":1}}}"#, "must not be empty"),
+        (
+            "empty key name", #"{"format":"pdinspect-export","version":1,"keys":{"":{"type":"int","value":1}}}"#,
+            "must not be empty"
+        ),
     ]
 
     @Test func malformedImportChangesNothing() throws {

@@ -38,17 +38,26 @@ struct CommandParserTests {
         .init(arguments: ["get", "db", "k", "--json"], expected: .get(database: "db", key: "k", format: .json)),
         .init(arguments: ["get", "db", "--", "--odd"], expected: .get(database: "db", key: "--odd", format: .human)),
         .init(
-            arguments: ["set", "db", "n", "-5", "--type", "int"], expected: .set(database: "db", key: "n", value: .int(-5))),
+            arguments: ["set", "db", "n", "-5", "--type", "int"],
+            expected: .set(database: "db", key: "n", value: .int(-5))),
         .init(
             arguments: ["set", "db", "n", "18446744073709551615", "--type=uint"],
             expected: .set(database: "db", key: "n", value: .uint(.max))),
-        .init(arguments: ["set", "db", "b", "yes", "--type", "bool"], expected: .set(database: "db", key: "b", value: .bool(true))),
-        .init(arguments: ["set", "db", "b", "0", "--type", "bool"], expected: .set(database: "db", key: "b", value: .bool(false))),
-        .init(arguments: ["set", "db", "d", "0.5", "--type", "double"], expected: .set(database: "db", key: "d", value: .double(0.5))),
+        .init(
+            arguments: ["set", "db", "b", "yes", "--type", "bool"],
+            expected: .set(database: "db", key: "b", value: .bool(true))),
+        .init(
+            arguments: ["set", "db", "b", "0", "--type", "bool"],
+            expected: .set(database: "db", key: "b", value: .bool(false))),
+        .init(
+            arguments: ["set", "db", "d", "0.5", "--type", "double"],
+            expected: .set(database: "db", key: "d", value: .double(0.5))),
         .init(
             arguments: ["set", "db", "d", "-inf", "--type", "double"],
             expected: .set(database: "db", key: "d", value: .double(-.infinity))),
-        .init(arguments: ["set", "db", "s", "hi there", "--type", "string"], expected: .set(database: "db", key: "s", value: .string("hi there"))),
+        .init(
+            arguments: ["set", "db", "s", "hi there", "--type", "string"],
+            expected: .set(database: "db", key: "s", value: .string("hi there"))),
         .init(
             arguments: ["set", "db", "t", "2027-01-15T08:00:00Z", "--type", "date"],
             expected: .set(database: "db", key: "t", value: .date(Date(timeIntervalSince1970: 1_800_000_000)))),
@@ -72,9 +81,12 @@ struct CommandParserTests {
         .init(arguments: ["dump", "db", "--json"], expected: .dump(database: "db", format: .json)),
         .init(arguments: ["export", "db", "out.json"], expected: .export(database: "db", file: "out.json")),
         .init(arguments: ["import", "db", "-"], expected: .import(database: "db", file: "-", replace: false)),
-        .init(arguments: ["import", "db", "in.json", "--replace"], expected: .import(database: "db", file: "in.json", replace: true)),
+        .init(
+            arguments: ["import", "db", "in.json", "--replace"],
+            expected: .import(database: "db", file: "in.json", replace: true)),
         .init(arguments: ["stat", "db"], expected: .stat(database: "db", format: .human)),
-        .init(arguments: ["log", "db"], expected: .log(database: "db", range: LogRange(), follow: nil, format: .human)),
+        .init(
+            arguments: ["log", "db"], expected: .log(database: "db", range: LogRange(), follow: nil, format: .human)),
         .init(
             arguments: ["log", "db", "--since", "4", "--limit", "2", "--json"],
             expected: .log(database: "db", range: LogRange(since: 4, limit: 2), follow: nil, format: .json)),
@@ -89,7 +101,8 @@ struct CommandParserTests {
             arguments: ["watch", "db", "a", "b", "--since", "0", "--json"],
             expected: .watch(database: "db", keys: ["a", "b"], follow: FollowOptions(since: 0), format: .json)),
         .init(arguments: ["check", "db", "--json"], expected: .check(database: "db", format: .json)),
-        .init(arguments: ["compact", "db", "out"], expected: .compact(database: "db", destination: "out", format: .human)),
+        .init(
+            arguments: ["compact", "db", "out"], expected: .compact(database: "db", destination: "out", format: .human)),
         .init(arguments: ["readers", "db"], expected: .readers(database: "db", clearStale: false, format: .human)),
         .init(
             arguments: ["readers", "db", "--clear-stale", "--json"],
@@ -114,7 +127,8 @@ struct CommandParserTests {
         .init(arguments: ["keys"], message: "missing DB"),
         .init(arguments: ["keys", ""], message: "the database path is empty"),
         .init(arguments: ["keys", "db", "extra"], message: "unexpected argument 'extra'"),
-        .init(arguments: ["keys", "db", "--jsno"], message: "unknown option '--jsno' for keys; did you mean '--json'?"),
+        .init(
+            arguments: ["keys", "db", "--jsno"], message: "unknown option '--jsno' for keys; did you mean '--json'?"),
         .init(arguments: ["keys", "db", "-x"], message: "unknown option '-x' for keys"),
         .init(arguments: ["keys", "db", "--prefix"], message: "--prefix needs a value P"),
         .init(arguments: ["keys", "db", "--json", "--json"], message: "--json is given twice"),
@@ -138,7 +152,8 @@ struct CommandParserTests {
         .init(arguments: ["set", "db", "k", "not a url", "--type", "url"], message: "not a valid url"),
         .init(arguments: ["set", "db", "k", "1234", "--type", "uuid"], message: "not a valid uuid"),
         .init(arguments: ["set", "db", longKey, "1", "--type", "int"], message: "at most 511 are allowed"),
-        .init(arguments: ["set", "db", "k", "1", "--type", "int", "--json"], message: "unknown option '--json' for set"),
+        .init(
+            arguments: ["set", "db", "k", "1", "--type", "int", "--json"], message: "unknown option '--json' for set"),
         .init(arguments: ["delete", "db", "k", "--json"], message: "delete takes no options"),
         .init(arguments: ["export", "db"], message: "missing FILE"),
         .init(arguments: ["import", "db", "f", "--replace=1"], message: "--replace takes no value"),
@@ -188,6 +203,8 @@ struct HelperTests {
 
     @Test func preflightNamesTheProblem() {
         #expect(StorePreflight.problem(header: [1, 2, 3], fileSize: 3)?.contains("truncated") == true)
-        #expect(StorePreflight.problem(header: [UInt8](repeating: 7, count: 8192), fileSize: 8192) == "data.mdb is not an LMDB file")
+        #expect(
+            StorePreflight.problem(header: [UInt8](repeating: 7, count: 8192), fileSize: 8192)
+                == "data.mdb is not an LMDB file")
     }
 }

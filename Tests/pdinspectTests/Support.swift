@@ -79,8 +79,10 @@ final class RunningTool: @unchecked Sendable {
 
     /// The built `pdinspect`, found next to the test bundle.
     static let binary: String = {
-        var directory = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
-            ?? CommandLine.arguments[0]).deletingLastPathComponent()
+        var directory = URL(
+            fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+                ?? CommandLine.arguments[0]
+        ).deletingLastPathComponent()
         for _ in 0..<4 {
             let candidate = directory.appendingPathComponent("pdinspect").path
             if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
@@ -93,7 +95,8 @@ final class RunningTool: @unchecked Sendable {
     private var errorSeen = Data()
 
     init(_ arguments: [String], stdin: String? = nil, asNobody: Bool = false, errorPipe: Bool = false) throws {
-        let base = FileManager.default.temporaryDirectory.appendingPathComponent("pdinspect-out-\(UUID().uuidString)").path
+        let base = FileManager.default.temporaryDirectory.appendingPathComponent("pdinspect-out-\(UUID().uuidString)")
+            .path
         stdoutPath = base + ".out"
         stderrPath = base + ".err"
         _ = FileManager.default.createFile(atPath: stdoutPath, contents: nil)
@@ -152,7 +155,8 @@ final class RunningTool: @unchecked Sendable {
         }
         if let errorPipe { errorSeen.append(errorPipe.fileHandleForReading.readDataToEndOfFile()) }
         let stderr = errorPipe == nil ? text(stderrPath) : String(decoding: errorSeen, as: UTF8.self)
-        let status = process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus
+        let status =
+            process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus
         return Outcome(status: status, stdout: text(stdoutPath), stderr: stderr)
     }
 }

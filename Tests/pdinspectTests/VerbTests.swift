@@ -14,7 +14,10 @@ struct VerbTests {
     @Test func helpDescribesEveryVerbAndTheExitCodes() throws {
         let overview = try pdinspect("--help")
         #expect(overview.status == 0)
-        for verb in ["keys", "get", "set", "delete", "dump", "export", "import", "stat", "log", "watch", "check", "compact", "readers"] {
+        for verb in [
+            "keys", "get", "set", "delete", "dump", "export", "import", "stat", "log", "watch", "check", "compact",
+            "readers",
+        ] {
             #expect(overview.stdout.contains("\n  \(verb) DB"), "\(verb) missing from --help")
         }
         #expect(overview.stdout.contains("3  the database cannot be opened"))
@@ -68,7 +71,8 @@ struct VerbTests {
         let before = try fixture.open().lastSequence()
         let cases: [(type: String, text: String, value: StoredValue)] = [
             ("int", "-42", .int(-42)), ("bool", "false", .bool(false)), ("double", "2.5", .double(2.5)),
-            ("string", "hello world", .string("hello world")), ("date", "1800000000", .date(Date(timeIntervalSince1970: 1_800_000_000))),
+            ("string", "hello world", .string("hello world")),
+            ("date", "1800000000", .date(Date(timeIntervalSince1970: 1_800_000_000))),
             ("data", "00ff", .data(Data([0, 255]))), ("json", "[1, 2]", .json("[1,2]")),
         ]
         for (index, item) in cases.enumerated() {
@@ -132,7 +136,9 @@ struct VerbTests {
         let fixture = try TemporaryStore()
         let human = try pdinspect("stat", fixture.path)
         #expect(human.status == 0)
-        for label in ["format version", "entries", "map size", "page size", "tree depth", "readers", "log range", "data.mdb"] {
+        for label in [
+            "format version", "entries", "map size", "page size", "tree depth", "readers", "log range", "data.mdb",
+        ] {
             #expect(human.stdout.contains(label))
         }
         let json = try #require(try pdinspect("stat", fixture.path, "--json").json() as? [String: Any])
@@ -148,9 +154,11 @@ struct VerbTests {
         #expect(human.stdout.contains("    launchCount  int  3\n"))
         let all = try #require(try pdinspect("log", fixture.path, "--json").json() as? [[String: Any]])
         #expect(all.map { $0["sequence"] as? Int } == [1, 2])
-        let newest = try #require(try pdinspect("log", fixture.path, "--limit", "1", "--json").json() as? [[String: Any]])
+        let newest = try #require(
+            try pdinspect("log", fixture.path, "--limit", "1", "--json").json() as? [[String: Any]])
         #expect(newest.map { $0["sequence"] as? Int } == [2])
-        let after = try #require(try pdinspect("log", fixture.path, "--since", "1", "--json").json() as? [[String: Any]])
+        let after = try #require(
+            try pdinspect("log", fixture.path, "--since", "1", "--json").json() as? [[String: Any]])
         let changes = try #require(after.first?["changes"] as? [[String: Any]])
         #expect(changes.count == 6)
     }
@@ -169,7 +177,9 @@ struct VerbTests {
         let fixture = try TemporaryStore()
         let store = try fixture.open()
         let start = try store.lastSequence()
-        let watcher = try RunningTool(["watch", fixture.path, "theme", "--since", "\(start)", "--json", "--max-events", "2"])
+        let watcher = try RunningTool([
+            "watch", fixture.path, "theme", "--since", "\(start)", "--json", "--max-events", "2",
+        ])
         try store.setStoredValue(.int(8), named: "launchCount")
         try store.setStoredValue(.string("light"), named: "theme")
         try store.removeValue(named: "theme")
@@ -222,7 +232,8 @@ struct VerbTests {
 
     @Test func readersListsTheLockTable() throws {
         let fixture = try TemporaryStore()
-        let json = try #require(try pdinspect("readers", fixture.path, "--clear-stale", "--json").json() as? [String: Any])
+        let json = try #require(
+            try pdinspect("readers", fixture.path, "--clear-stale", "--json").json() as? [String: Any])
         #expect(json["maxReaders"] as? Int == 126)
         #expect(json["clearedStale"] as? Int == 0)
         let human = try pdinspect("readers", fixture.path)
