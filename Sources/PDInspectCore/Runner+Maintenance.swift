@@ -251,7 +251,7 @@ extension Runner {
     func compact(_ store: PersistentDefaults, path: String, into destination: String, format: OutputFormat) throws {
         try Self.prepareEmptyDirectory(destination, source: store.path)
         let before = try store.statistics().dataFileSize
-        console.printError("compacting \(store.path) (\(TextTable.bytes(before))) into \(destination) …\n")
+        console.printError("compacting \(store.path) (\(TextTable.bytes(before, exact: false))) into \(destination) …\n")
         try store.copy(to: destination, compact: true)
         let copied = destination + "/data.mdb"
         // mdb_env_copy2 creates the file with LMDB's default mode; settings may be private.
@@ -264,7 +264,7 @@ extension Runner {
         } else {
             let saved = before > 0 ? Int((Double(before - after) / Double(before) * 100).rounded()) : 0
             console.print(
-                "compacted \(TextTable.bytes(before)) into \(TextTable.bytes(after)) (\(saved)% smaller): \(copied)\n")
+                "compacted \(before) bytes into \(after) bytes (\(saved)% smaller): \(copied)\n")
         }
     }
 

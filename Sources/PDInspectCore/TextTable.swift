@@ -21,8 +21,8 @@ enum TextTable {
         }.joined()
     }
 
-    /// `1.5 MiB (1572864 bytes)`.
-    static func bytes(_ count: Int) -> String {
+    /// `1.5 MiB (1572864 bytes)`, or `1.5 MiB` when not `exact`.
+    static func bytes(_ count: Int, exact: Bool = true) -> String {
         let units = ["bytes", "KiB", "MiB", "GiB", "TiB"]
         var value = Double(count)
         var unit = 0
@@ -33,7 +33,7 @@ enum TextTable {
         if unit == 0 { return "\(count) bytes" }
         let rounded = (value * 10).rounded() / 10
         let number = rounded == rounded.rounded() ? String(Int(rounded)) : String(rounded)
-        return "\(number) \(units[unit]) (\(count) bytes)"
+        return "\(number) \(units[unit])" + (exact ? " (\(count) bytes)" : "")
     }
 
     /// A value for one table cell: strings and JSON on one line, control characters escaped.
