@@ -251,7 +251,8 @@ extension Runner {
     func compact(_ store: PersistentDefaults, path: String, into destination: String, format: OutputFormat) throws {
         try Self.prepareEmptyDirectory(destination, source: store.path)
         let before = try store.statistics().dataFileSize
-        console.printError("compacting \(store.path) (\(TextTable.bytes(before, exact: false))) into \(destination) …\n")
+        let size = TextTable.bytes(before, exact: false)
+        console.printError("compacting \(store.path) (\(size)) into \(destination) …\n")
         try store.copy(to: destination, compact: true)
         let copied = destination + "/data.mdb"
         // mdb_env_copy2 creates the file with LMDB's default mode; settings may be private.
