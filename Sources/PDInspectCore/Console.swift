@@ -26,7 +26,9 @@ public struct Console: Sendable {
     func print(_ text: String) { output(text) }
 
     /// Writes one line to standard error, prefixed with `pdinspect: `.
-    func report(_ message: String) { error("pdinspect: \(message)\n") }
+    func report(_ message: String) {
+        error("pdinspect: " + message.replacingOccurrences(of: "\n", with: " ") + "\n")
+    }
 
     /// Writes raw text to standard error.
     func printError(_ text: String) { error(text) }
