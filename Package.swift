@@ -7,6 +7,7 @@ let package = Package(
     products: [
         .library(name: "PersistentDefaults", targets: ["PersistentDefaults"]),
         .executable(name: "pd-demo", targets: ["pd-demo"]),
+        .executable(name: "pdinspect", targets: ["pdinspect"]),
     ],
     targets: [
         .systemLibrary(
@@ -18,7 +19,10 @@ let package = Package(
         .target(name: "PersistentDefaults", dependencies: ["CLMDB"]),
         .executableTarget(name: "pd-demo", dependencies: ["PersistentDefaults"]),
         .executableTarget(name: "pd-worker", dependencies: ["PersistentDefaults"]),
+        .target(name: "PDInspectCore", dependencies: ["PersistentDefaults"]),
+        .executableTarget(name: "pdinspect", dependencies: ["PDInspectCore"]),
         .testTarget(name: "PersistentDefaultsTests", dependencies: ["PersistentDefaults", "CLMDB", "pd-worker"]),
+        .testTarget(name: "pdinspectTests", dependencies: ["PDInspectCore", "PersistentDefaults", "pdinspect"]),
     ],
     swiftLanguageModes: [.v6]
 )

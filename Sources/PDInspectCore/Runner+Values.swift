@@ -1,0 +1,176 @@
+import Foundation
+import PersistentDefaults
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// A key's name with its typed value: `{"name":"launchCount","type":"int","value":3}`.
+struct NamedValue: Encodable {
+    var name: String
+    var value: StoredValue
+
+    private enum CodingKeys: String, CodingKey {
+        case name
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(name, forKey: .name)
+        try TypedValue(value).encode(to: encoder)
+    }
+}
+
+/// One row of `keys --json`.
+private struct KeyInfo: Encodable {
+    var name: String
+    var type: String
+    var size: Int
+}
+
+extension StoredEntry {
+    /// The decoded value, or why it does not decode (including JSON values that do not parse).
+    var decoded: Result<StoredValue, StoredValueError> {
+        do throws(StoredValueError) {
+            let value = try storedValue()
+            if case .json(let text) = value, JSONValue.parse(text) == nil {
+                return .failure(StoredValueError("json payload does not parse as JSON"))
+            }
+            return .success(value)
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    /// The type name for listings: the tag, or `invalid` when the value does not decode.
+    var typeName: String {
+        (try? decoded.get()).map { $0.tag.description } ?? "invalid"
+    }
+}
+
+extension Runner {
+    func keys(_ store: PersistentDefaults, prefix: String, format: OutputFormat) throws {
+        let entries = try store.storedEntries(prefix: prefix)
+        if format == .json {
+            try printJSON(entries.map { KeyInfo(name: $0.name, type: $0.typeName, size: $0.encodedValue.count) })
+            return
+        }
+        guard !entries.isEmpty else {
+            console.print(prefix.isEmpty ? "(no keys)\n" : "(no keys starting with \"\(prefix)\")\n")
+            return
+        }
+        let rows = entries.map { [TextTable.cell($0.name), $0.typeName, "\($0.encodedValue.count)"] }
+        console.print(TextTable.render([["NAME", "TYPE", "SIZE"]] + rows))
+    }
+
+    func get(_ store: PersistentDefaults, key: String, format: OutputFormat) throws {
+        guard let value = try store.storedValue(named: key) else {
+            throw CommandFailure(.failure, "key \"\(key)\" is absent")
+        }
+        if format == .json {
+            try printJSON(NamedValue(name: key, value: value))
+        } else {
+            console.print(value.description + "\n")
+        }
+    }
+
+    func dump(_ store: PersistentDefaults, format: OutputFormat) throws {
+        let entries = try store.storedEntries()
+        if format == .json {
+            var keys: [String: TypedValue] = [:]
+            for entry in entries {
+                switch entry.decoded {
+                case .success(let value): keys[entry.name] = TypedValue(value)
+                case .failure(let error): console.report("left out \"\(entry.name)\": \(error)")
+                }
+            }
+            try printJSON(ExportDocument(keys: keys))
+            return
+        }
+        guard !entries.isEmpty else {
+            console.print("(no keys)\n")
+            return
+        }
+        let rows = entries.map { entry -> [String] in
+            switch entry.decoded {
+            case .success(let value): [TextTable.cell(entry.name), value.tag.description, TextTable.cell("\(value)")]
+            case .failure(let error): [TextTable.cell(entry.name), "invalid", "(\(error))"]
+            }
+        }
+        console.print(TextTable.render(rows))
+    }
+
+    func export(_ store: PersistentDefaults, to file: String) throws {
+        var keys: [String: TypedValue] = [:]
+        for entry in try store.storedEntries() {
+            switch entry.decoded {
+            case .success(let value): keys[entry.name] = TypedValue(value)
+            case .failure(let error):
+                throw CommandFailure(
+                    .unavailable, "cannot export: value of \"\(entry.name)\" does not decode: \(error)")
+            }
+        }
+        let data = try JSONCoding.pretty.encode(ExportDocument(keys: keys)) + Data("\n".utf8)
+        if file == "-" {
+            console.print(String(decoding: data, as: UTF8.self))
+        } else {
+            try Self.writePrivateFile(file, data)
+            console.printError("exported \(keys.count) keys to \(file)\n")
+        }
+    }
+
+    func importDocument(_ document: ExportDocument, into store: PersistentDefaults, replace: Bool) throws {
+        let names = document.keys.keys.sorted()
+        let removed = try store.write { transaction in
+            for name in names {
+                try transaction.setStoredValue(document.keys[name]!.value, named: name)
+            }
+            guard replace else { return 0 }
+            let stale = try transaction.keyNames().filter { document.keys[$0] == nil }
+            for name in stale { try transaction.removeValue(named: name) }
+            return stale.count
+        }
+        console.print("imported \(names.count) keys" + (replace ? ", removed \(removed)" : "") + "\n")
+    }
+
+    /// Writes `data` to `path` with mode 0600, through a temporary file renamed into place, so
+    /// that the file is never readable by others and never half written.
+    static func writePrivateFile(_ path: String, _ data: Data) throws(CommandFailure) {
+        let temporary = path + ".pdinspect-\(getpid())"
+        func failure(_ operation: String) -> CommandFailure {
+            CommandFailure(.unavailable, "cannot \(operation) \(path): \(String(cString: strerror(errno)))")
+        }
+        let descriptor = createFile(temporary)
+        guard descriptor >= 0 else { throw failure("write") }
+        var remaining = data[...]
+        while !remaining.isEmpty {
+            let written = remaining.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+            if written < 0, errno == EINTR { continue }
+            guard written > 0 else {
+                let error = failure("write")
+                close(descriptor)
+                unlink(temporary)
+                throw error
+            }
+            remaining = remaining.dropFirst(written)
+        }
+        // The umask may have narrowed 0600 further, never widened it; make it exactly 0600.
+        guard fchmod(descriptor, 0o600) == 0, fsync(descriptor) == 0, close(descriptor) == 0 else {
+            let error = failure("write")
+            unlink(temporary)
+            throw error
+        }
+        guard rename(temporary, path) == 0 else {
+            let error = failure("rename into")
+            unlink(temporary)
+            throw error
+        }
+    }
+}
+
+/// `open(2)` creating a new file with mode 0600 (a free function: `Runner.open` shadows it).
+private func createFile(_ path: String) -> Int32 {
+    open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+}

@@ -1,0 +1,102 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Checks a store directory before LMDB maps its data file.
+///
+/// LMDB trusts the meta page: if `data.mdb` is shorter than the pages it names, reading them
+/// through the memory map kills the process with SIGBUS. Reading the two meta pages with `pread`
+/// first turns a missing, empty, truncated or foreign file into one clear line.
+enum StorePreflight {
+    /// LMDB's meta-page magic number (`MDB_MAGIC`) and data format version (`MDB_DATA_VERSION`).
+    private static let magic: UInt32 = 0xBEEF_C0DE
+    private static let dataVersion: UInt32 = 1
+    /// Offsets inside a meta page on a 64-bit build: a 16-byte page header, then `MDB_meta`
+    /// (`mm_magic`, `mm_version`, `mm_address`, `mm_mapsize`, two 48-byte `MDB_db`,
+    /// `mm_last_pg`, `mm_txnid`). The free database's `md_pad` holds the page size.
+    private static let magicOffset = 16
+    private static let versionOffset = 20
+    private static let pageSizeOffset = 40
+    private static let lastPageOffset = 136
+    private static let transactionOffset = 144
+    private static let metaLength = 152
+
+    /// Throws a failure with exit code 3 when `path` is not a readable, complete LMDB store.
+    static func check(_ path: String) throws(CommandFailure) {
+        func notAStore(_ reason: String) -> CommandFailure {
+            CommandFailure(.unavailable, "\(path) is not a PersistentDefaults store: \(reason)")
+        }
+        var info = stat()
+        if stat(path, &info) != 0 {
+            let error = errno
+            if error == ENOENT { throw notAStore("no such directory") }
+            throw CommandFailure(.unavailable, "cannot read \(path): \(String(cString: strerror(error)))")
+        }
+        guard info.st_mode & S_IFMT == S_IFDIR else { throw notAStore("not a directory") }
+        let dataPath = path + "/data.mdb"
+        if stat(dataPath, &info) != 0 {
+            let error = errno
+            if error == ENOENT { throw notAStore("the directory has no data.mdb") }
+            throw CommandFailure(.unavailable, "cannot read \(dataPath): \(String(cString: strerror(error)))")
+        }
+        guard info.st_mode & S_IFMT == S_IFREG else { throw notAStore("data.mdb is not a file") }
+        let size = Int(info.st_size)
+        guard size > 0 else { throw notAStore("data.mdb is empty") }
+        let header = try readHeader(dataPath, count: min(size, 2 << 16))
+        if let problem = problem(header: header, fileSize: size) { throw notAStore(problem) }
+    }
+
+    private static func readHeader(_ path: String, count: Int) throws(CommandFailure) -> [UInt8] {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            throw CommandFailure(.unavailable, "cannot read \(path): \(String(cString: strerror(errno)))")
+        }
+        defer { close(descriptor) }
+        var bytes = [UInt8](repeating: 0, count: count)
+        let read = bytes.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, count, 0) }
+        guard read >= 0 else {
+            throw CommandFailure(.unavailable, "cannot read \(path): \(String(cString: strerror(errno)))")
+        }
+        return Array(bytes.prefix(read))
+    }
+
+    /// What is wrong with a data file that starts with `header` and has `fileSize` bytes; nil
+    /// when both meta pages are valid and the file holds every page the newest one names.
+    static func problem(header: [UInt8], fileSize: Int) -> String? {
+        func integer<T: FixedWidthInteger>(_: T.Type, at offset: Int) -> T? {
+            guard offset + MemoryLayout<T>.size <= header.count else { return nil }
+            return header[offset..<offset + MemoryLayout<T>.size].reversed().reduce(T.zero) { $0 << 8 | T($1) }
+        }
+        guard header.count >= metaLength else { return "data.mdb is truncated (\(fileSize) bytes)" }
+        guard integer(UInt32.self, at: magicOffset) == magic else { return "data.mdb is not an LMDB file" }
+        guard integer(UInt32.self, at: versionOffset) == dataVersion else {
+            return "data.mdb has an unsupported LMDB data version"
+        }
+        guard let pageSize = integer(UInt32.self, at: pageSizeOffset).map(Int.init),
+            pageSize >= 512, pageSize <= 1 << 16, pageSize.nonzeroBitCount == 1
+        else { return "data.mdb is not an LMDB file (bad page size)" }
+        guard fileSize >= 2 * pageSize, header.count >= pageSize + metaLength else {
+            return "data.mdb is truncated (\(fileSize) bytes, less than its two meta pages)"
+        }
+        var newest: (transaction: UInt64, lastPage: UInt64)?
+        for meta in [0, pageSize] {
+            guard integer(UInt32.self, at: meta + magicOffset) == magic,
+                let transaction = integer(UInt64.self, at: meta + transactionOffset),
+                let lastPage = integer(UInt64.self, at: meta + lastPageOffset)
+            else { return "data.mdb has a damaged meta page" }
+            if transaction >= newest?.transaction ?? 0 { newest = (transaction, lastPage) }
+        }
+        guard let newest, newest.lastPage < UInt64(Int.max / pageSize) else {
+            return "data.mdb has a damaged meta page"
+        }
+        let needed = (Int(newest.lastPage) + 1) * pageSize
+        guard fileSize >= needed else {
+            return "data.mdb is truncated (\(fileSize) bytes; its last commit needs \(needed))"
+        }
+        return nil
+    }
+}

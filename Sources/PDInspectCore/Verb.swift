@@ -1,0 +1,150 @@
+/// The verbs `pdinspect` understands, with the help text of each.
+public enum Verb: String, Sendable, CaseIterable {
+    /// `keys DB [--prefix P]`
+    case keys
+    /// `get DB KEY`
+    case get
+    /// `set DB KEY VALUE --type T`
+    case set
+    /// `delete DB KEY`
+    case delete
+    /// `dump DB`
+    case dump
+    /// `export DB FILE`
+    case export
+    /// `import DB FILE`
+    case `import`
+    /// `stat DB`
+    case stat
+    /// `log DB [--since N] [--limit N] [--follow]`
+    case log
+    /// `watch DB [KEY...]`
+    case watch
+    /// `check DB`
+    case check
+    /// `compact DB OUT`
+    case compact
+    /// `readers DB [--clear-stale]`
+    case readers
+
+    /// The arguments after the verb, as the help prints them.
+    public var synopsis: String {
+        switch self {
+        case .keys: "DB [--prefix P] [--json]"
+        case .get: "DB KEY [--json]"
+        case .set: "DB KEY VALUE --type T"
+        case .delete: "DB KEY"
+        case .dump: "DB [--json]"
+        case .export: "DB FILE"
+        case .import: "DB FILE [--replace]"
+        case .stat: "DB [--json]"
+        case .log: "DB [--since N] [--limit N] [--follow] [--json]"
+        case .watch: "DB [KEY...] [--since N] [--json]"
+        case .check: "DB [--json]"
+        case .compact: "DB OUT [--json]"
+        case .readers: "DB [--clear-stale] [--json]"
+        }
+    }
+
+    /// One line saying what the verb does.
+    public var summary: String {
+        switch self {
+        case .keys: "name, type and size of each stored key"
+        case .get: "the decoded value of KEY (exit 1 if absent)"
+        case .set: "store VALUE under KEY as type T, in one logged transaction"
+        case .delete: "remove KEY (exit 1 if absent)"
+        case .dump: "every key with its decoded value"
+        case .export: "write every key to FILE as JSON, types preserved (- for stdout)"
+        case .import: "store every key of an export FILE in one transaction (- for stdin)"
+        case .stat: "format version, entries, map size and use, readers, log range, file sizes"
+        case .log: "the commit log, oldest first"
+        case .watch: "print each committed change until interrupted"
+        case .check: "verify that every value decodes and the log is consistent (exit 1 if not)"
+        case .compact: "write a compacted copy of the store into the directory OUT"
+        case .readers: "the reader lock table"
+        }
+    }
+
+    /// Whether the verb only reads, so the store is opened read-only.
+    public var isReadOnly: Bool {
+        switch self {
+        case .set, .delete, .import: false
+        default: true
+        }
+    }
+
+    /// The options the verb accepts, each with whether it takes a value.
+    var options: [OptionSpec] {
+        let json = OptionSpec("--json", help: "machine-readable output")
+        let since = OptionSpec("--since", value: "N", help: "start after commit sequence number N")
+        let maxEvents = OptionSpec("--max-events", value: "N", help: "stop after printing N events")
+        let timeout = OptionSpec("--timeout", value: "SECONDS", help: "stop after SECONDS")
+        switch self {
+        case .keys: return [OptionSpec("--prefix", value: "P", help: "only keys whose name starts with P"), json]
+        case .get, .dump, .stat, .check, .compact: return [json]
+        case .set:
+            return [
+                OptionSpec(
+                    "--type", value: "T",
+                    help: "the value's type: " + ValueType.allCases.map(\.rawValue).joined(separator: ", "))
+            ]
+        case .delete, .export: return []
+        case .import: return [OptionSpec("--replace", help: "also remove the keys that FILE does not list")]
+        case .log:
+            return [
+                OptionSpec("--since", value: "N", help: "records after sequence number N (default: all)"),
+                OptionSpec("--limit", value: "N", help: "at most N records; without --since the newest N"),
+                OptionSpec("--follow", help: "keep printing new commits until interrupted"),
+                maxEvents, timeout, json,
+            ]
+        case .watch: return [since, maxEvents, timeout, json]
+        case .readers: return [OptionSpec("--clear-stale", help: "first free the slots of dead processes"), json]
+        }
+    }
+
+    /// Extra lines for the verb's help: formats, examples and caveats.
+    var details: String {
+        switch self {
+        case .get:
+            "Prints strings raw, data as <hex>, dates in ISO 8601. With --json: {\"name\",\"type\",\"value\"}."
+        case .set:
+            """
+            VALUE by type: bool true|false|yes|no|1|0; int and uint decimal; double a decimal or
+            inf/-inf/nan; string as given; date ISO 8601 (2026-01-31T12:00:00Z) or seconds since
+            1970; data hex (0a1b2c, optionally <0a 1b 2c>); json any JSON text; url; uuid.
+            Example: pdinspect set ~/settings launchCount 3 --type int
+            """
+        case .export:
+            """
+            The file (mode 0600) looks like {"format":"pdinspect-export","version":1,
+            "keys":{"launchCount":{"type":"int","value":3}, ...}}. Data is base64, dates are
+            seconds since 1970, json values are embedded as JSON.
+            """
+        case .import:
+            "The whole file is validated first; a malformed file changes nothing."
+        case .log, .watch:
+            """
+            --max-events and --timeout make the command stop by itself (for scripts and tests);
+            otherwise it polls every 25 ms until SIGINT or SIGTERM. With --json, one JSON object
+            per line.
+            """
+        case .compact:
+            "OUT is created when missing and must be empty; the copy leaves out free pages."
+        default: ""
+        }
+    }
+}
+
+/// One option of a verb.
+struct OptionSpec: Sendable {
+    var name: String
+    /// The placeholder of the option's value; nil for a flag.
+    var value: String?
+    var help: String
+
+    init(_ name: String, value: String? = nil, help: String) {
+        self.name = name
+        self.value = value
+        self.help = help
+    }
+}

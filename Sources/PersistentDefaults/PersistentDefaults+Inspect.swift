@@ -1,0 +1,65 @@
+import Foundation
+
+/// One stored key with its raw bytes, as `pdinspect keys` and `pdinspect dump` list it.
+///
+/// ```swift
+/// for entry in try store.storedEntries(prefix: "window.") {
+///     print(entry.name, entry.encodedValue.count, (try? entry.storedValue()) ?? .null)
+/// }
+/// ```
+public struct StoredEntry: Sendable, Equatable {
+    /// The key's name (invalid UTF-8 is repaired with U+FFFD).
+    public let name: String
+    /// The stored bytes: the type tag, then the payload.
+    public let encodedValue: [UInt8]
+
+    /// Creates an entry.
+    public init(name: String, encodedValue: [UInt8]) {
+        self.name = name
+        self.encodedValue = encodedValue
+    }
+
+    /// The decoded value; throws when the bytes are not a valid ``StoredValue``.
+    public func storedValue() throws(StoredValueError) -> StoredValue {
+        try StoredValue(bytes: encodedValue)
+    }
+}
+
+extension PersistentDefaults {
+    /// Every stored key whose name starts with `prefix`, with its bytes, read in one snapshot and
+    /// sorted by the names' UTF-8 bytes. Values that do not decode are listed too, so that a tool
+    /// can show them instead of failing.
+    public func storedEntries(prefix: String = "") throws -> [StoredEntry] {
+        let prefixBytes = Array(prefix.utf8)
+        return try core.environment.withRead { transaction in
+            var entries: [StoredEntry] = []
+            func visit(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Bool {
+                guard key.starts(with: prefixBytes) else { return false }
+                // Bytes are copied here: they are valid only until the transaction ends.
+                entries.append(StoredEntry(name: String(decoding: key, as: UTF8.self), encodedValue: Array(value)))
+                return true
+            }
+            if prefixBytes.isEmpty {
+                try transaction.forEach(core.databases.values, visit)
+            } else {
+                try prefixBytes.withUnsafeBytes { start in
+                    try transaction.forEach(core.databases.values, from: start, visit)
+                }
+            }
+            return entries
+        }
+    }
+
+    /// Throws ``PersistentDefaultsError/invalidKeyName(_:reason:)`` when `name` cannot be stored:
+    /// it is empty or longer than ``Keys/maximumNameLength`` UTF-8 bytes.
+    public static func validateKeyName(_ name: String) throws(PersistentDefaultsError) {
+        if let error = Keys.validate(name: name, bytes: name.utf8.count) { throw error }
+    }
+}
+
+extension WriteTransaction {
+    /// Removes the key named `name` in this transaction, as `pdinspect import --replace` does.
+    public func removeValue(named name: String) throws {
+        try remove(PersistentDefaults.Keys(name: name))
+    }
+}

@@ -1,0 +1,157 @@
+import Foundation
+import PersistentDefaults
+import Testing
+
+/// A damaged or missing store, made from a good one.
+enum Damage: String, CaseIterable, Sendable {
+    case missingPath, emptyDirectory, emptyDataFile, truncatedDataFile, metaPagesOnly, randomBytes, fileNotDirectory
+
+    /// The message part that names the problem.
+    var message: String {
+        switch self {
+        case .missingPath: "no such directory"
+        case .emptyDirectory: "the directory has no data.mdb"
+        case .emptyDataFile: "data.mdb is empty"
+        case .truncatedDataFile, .metaPagesOnly: "data.mdb is truncated"
+        case .randomBytes: "data.mdb is not an LMDB file"
+        case .fileNotDirectory: "not a directory"
+        }
+    }
+
+    /// Damages the fixture's store (or points elsewhere); returns the path to give pdinspect.
+    func apply(to fixture: TemporaryStore) throws -> String {
+        let data = fixture.path + "/data.mdb"
+        let bytes = fixture.dataBytes
+        switch self {
+        case .missingPath:
+            return fixture.scratch("missing")
+        case .emptyDirectory:
+            let path = fixture.scratch("empty")
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+            return path
+        case .emptyDataFile:
+            try Data().write(to: URL(fileURLWithPath: data))
+        case .truncatedDataFile:
+            try bytes.prefix(100).write(to: URL(fileURLWithPath: data))
+        case .metaPagesOnly:
+            try bytes.prefix(2 * 4096).write(to: URL(fileURLWithPath: data))
+        case .randomBytes:
+            try Data((0..<65_536).map { _ in UInt8.random(in: 0...255) }).write(to: URL(fileURLWithPath: data))
+        case .fileNotDirectory:
+            return data
+        }
+        return fixture.path
+    }
+}
+
+/// Bad input of every kind: one clear line on stderr, the documented exit code, no crash,
+/// and the data file's bytes unchanged.
+@Suite("pdinspect bad input")
+struct BadInputTests {
+    static let verbs: [[String]] = [
+        ["get", "k"], ["keys"], ["dump", "--json"], ["stat"], ["log"], ["check"], ["readers"],
+        ["set", "k", "1", "--type", "int"],
+        ["delete", "k"],
+    ]
+
+    @Test(arguments: Damage.allCases)
+    func damagedStoreIsRefused(_ damage: Damage) throws {
+        let fixture = try TemporaryStore()
+        let path = try damage.apply(to: fixture)
+        let before = fixture.dataBytes
+        for verb in Self.verbs {
+            let outcome = try pdinspect(arguments: [verb[0], path] + verb.dropFirst())
+            #expect(outcome.status == 3, "\(verb): \(outcome)")
+            #expect(outcome.isOneErrorLine, "\(verb): \(outcome)")
+            #expect(outcome.stderr.contains(damage.message), "\(verb): \(outcome)")
+            #expect(outcome.stdout.isEmpty)
+        }
+        #expect(fixture.dataBytes == before)
+        if damage == .missingPath { #expect(!FileManager.default.fileExists(atPath: path), "no store was created") }
+        if damage == .emptyDirectory {
+            #expect(try FileManager.default.contentsOfDirectory(atPath: path).isEmpty, "no store was created")
+        }
+    }
+
+    @Test(.enabled(if: canRunAsNobody, "needs root and setpriv to run pdinspect as nobody; root reads any file"))
+    func unreadableDataFileIsRefused() throws {
+        let fixture = try TemporaryStore()
+        // The store directory is 0700 and data.mdb 0600, both root's: let nobody reach the file only.
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: fixture.directory)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: fixture.path)
+        let before = fixture.dataBytes
+        for verb in [["get", "theme"], ["keys"], ["set", "theme", "x", "--type", "string"]] {
+            let outcome = try RunningTool([verb[0], fixture.path] + verb.dropFirst(), asNobody: true).finish()
+            #expect(outcome.status == 3, "\(outcome)")
+            #expect(outcome.isOneErrorLine, "\(outcome)")
+            #expect(outcome.stderr.contains("data.mdb: Permission denied"), "\(outcome)")
+        }
+        #expect(fixture.dataBytes == before)
+    }
+
+    @Test func badValuesAndKeyNamesAreUsageErrors() throws {
+        let fixture = try TemporaryStore()
+        let before = fixture.dataBytes
+        let cases: [[String]] = [
+            ["set", fixture.path, "launchCount", "three", "--type", "int"],
+            ["set", fixture.path, "launchCount", "1.5", "--type", "int"],
+            ["set", fixture.path, "flag", "maybe", "--type", "bool"],
+            ["set", fixture.path, "at", "tomorrow", "--type", "date"],
+            ["set", fixture.path, "blob", "xyz", "--type", "data"],
+            ["set", fixture.path, "cfg", "{not json", "--type", "json"],
+            ["set", fixture.path, String(repeating: "n", count: 600), "1", "--type", "int"],
+            ["get", fixture.path, String(repeating: "n", count: 600)],
+            ["delete", fixture.path, ""],
+        ]
+        for arguments in cases {
+            let outcome = try pdinspect(arguments: arguments)
+            #expect(outcome.status == 2, "\(outcome)")
+            #expect(outcome.isOneErrorLine, "\(outcome)")
+        }
+        #expect(fixture.dataBytes == before)
+        let lastSequence = try fixture.open().lastSequence()
+        #expect(lastSequence == 2)
+    }
+
+    static let malformedImports: [(name: String, text: String, message: String)] = [
+        ("empty", "", "not valid JSON"),
+        ("not JSON", "keys: 1", "not valid JSON"),
+        ("wrong format", #"{"format":"plist","version":1,"keys":{}}"#, "expected \"pdinspect-export\""),
+        ("newer version", #"{"format":"pdinspect-export","version":2,"keys":{}}"#, "version 2 is not supported"),
+        ("no keys", #"{"format":"pdinspect-export","version":1}"#, "\"keys\" is missing"),
+        (
+            "unknown type", #"{"format":"pdinspect-export","version":1,"keys":{"a":{"type":"integer","value":1}}}"#,
+            "unknown type 'integer'"
+        ),
+        (
+            "value of the wrong type",
+            #"{"format":"pdinspect-export","version":1,"keys":{"a":{"type":"int","value":1},"b":{"type":"int","value":"x"}}}"#,
+            "at keys.b.value"
+        ),
+        (
+            "bad base64", #"{"format":"pdinspect-export","version":1,"keys":{"a":{"type":"data","value":"%%"}}}"#,
+            "not base64 data"
+        ),
+        (
+            "empty key name", #"{"format":"pdinspect-export","version":1,"keys":{"":{"type":"int","value":1}}}"#,
+            "must not be empty"
+        ),
+    ]
+
+    @Test func malformedImportChangesNothing() throws {
+        let fixture = try TemporaryStore()
+        let before = fixture.dataBytes
+        for item in Self.malformedImports {
+            let file = fixture.scratch("import.json")
+            try Data(item.text.utf8).write(to: URL(fileURLWithPath: file))
+            let outcome = try pdinspect("import", fixture.path, file)
+            #expect(outcome.status == 2, "\(item.name): \(outcome)")
+            #expect(outcome.isOneErrorLine, "\(item.name): \(outcome)")
+            #expect(outcome.stderr.contains(item.message), "\(item.name): \(outcome)")
+        }
+        let missing = try pdinspect("import", fixture.path, fixture.scratch("nope.json"))
+        #expect(missing.status == 2)
+        #expect(missing.stderr.contains("no such file"))
+        #expect(fixture.dataBytes == before)
+    }
+}
