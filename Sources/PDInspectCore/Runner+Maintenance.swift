@@ -257,7 +257,7 @@ extension Runner {
         let copied = destination + "/data.mdb"
         // mdb_env_copy2 creates the file with LMDB's default mode; settings may be private.
         chmod(copied, 0o600)
-        try StorePreflight.check(destination)
+        try PersistentDefaults.checkStore(at: destination)
         let after = Self.fileSize(copied)
         if format == .json {
             try printJSON(

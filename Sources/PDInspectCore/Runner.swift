@@ -74,7 +74,7 @@ public struct Runner: Sendable {
 
     /// Opens an existing store, read-only unless asked; never creates one.
     func open(_ path: String, readOnly: Bool = true) throws -> PersistentDefaults {
-        try StorePreflight.check(path)
+        try PersistentDefaults.checkStore(at: path)
         var options = PersistentDefaults.Options()
         options.readOnly = readOnly
         return try PersistentDefaults(path: path, options: options)

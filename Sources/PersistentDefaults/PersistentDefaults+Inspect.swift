@@ -50,6 +50,13 @@ extension PersistentDefaults {
         }
     }
 
+    /// Checks, without opening it, that `path` holds a complete store: a directory with a
+    /// non-empty `data.mdb` whose meta pages are valid and whose pages are all present.
+    /// Throws ``PersistentDefaultsError/notAStore(path:reason:)`` or a file-system error.
+    public static func checkStore(at path: String) throws(PersistentDefaultsError) {
+        _ = try StoreFiles.prepare(path: path, readOnly: true)
+    }
+
     /// Throws ``PersistentDefaultsError/invalidKeyName(_:reason:)`` when `name` cannot be stored:
     /// it is empty or longer than ``Keys/maximumNameLength`` UTF-8 bytes.
     public static func validateKeyName(_ name: String) throws(PersistentDefaultsError) {

@@ -38,6 +38,7 @@ enum StoreFiles {
             throw .notAStore(path: path, reason: "\(dataFile) is not a file")
         }
         guard info.st_size > 0 else { throw .notAStore(path: path, reason: "\(dataFile) is empty") }
+        try DataFileHeader.check(data, size: Int(info.st_size), store: path)
         return Prepared(createdData: false)
     }
 

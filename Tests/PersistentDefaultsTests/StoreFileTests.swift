@@ -110,6 +110,32 @@ private func put(_ txn: OpaquePointer, database: String?, key: [UInt8], value: [
         }
     }
 
+    @Test func aTruncatedDataFileIsRefusedInsteadOfCrashing() throws {
+        try withTemporaryDirectory { path throws in
+            do {
+                let store = try PersistentDefaults(path: path)
+                for index in 0..<200 { store[PersistentDefaults.Key<Int>("k\(index)", default: 0)] = index }
+            }
+            let full = try #require(fileBytes(path + "/data.mdb"))
+            for length in [100, 4096, 8192 + 100, full.count - 4096] {
+                let truncated = full.prefix(length)
+                try truncated.write(to: URL(fileURLWithPath: path + "/data.mdb"))
+                #expect {
+                    try PersistentDefaults(path: path)
+                } throws: { error in
+                    guard case PersistentDefaultsError.notAStore(_, let reason) = error else { return false }
+                    return reason.contains("truncated")
+                }
+                #expect(throws: PersistentDefaultsError.self) { try PersistentDefaults.checkStore(at: path) }
+                #expect(fileBytes(path + "/data.mdb") == truncated)
+            }
+            try Data(repeating: 0x5A, count: full.count).write(to: URL(fileURLWithPath: path + "/data.mdb"))
+            #expect(throws: PersistentDefaultsError.notAStore(path: path, reason: "data.mdb is not an LMDB file")) {
+                try PersistentDefaults(path: path)
+            }
+        }
+    }
+
     @Test func aForeignLMDBEnvironmentIsNotTakenOver() throws {
         try withTemporaryDirectory { path throws in
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)

@@ -84,7 +84,7 @@ struct BadInputTests {
             let outcome = try RunningTool([verb[0], fixture.path] + verb.dropFirst(), asNobody: true).finish()
             #expect(outcome.status == 3, "\(outcome)")
             #expect(outcome.isOneErrorLine, "\(outcome)")
-            #expect(outcome.stderr.contains("data.mdb: Permission denied"), "\(outcome)")
+            #expect(outcome.stderr.contains("data.mdb failed: Permission denied"), "\(outcome)")
         }
         #expect(fixture.dataBytes == before)
     }

@@ -200,11 +200,4 @@ struct HelperTests {
     @Test func noHintForFarWords() {
         #expect(Suggestion.closest(to: "frobnicate", among: Verb.allCases.map(\.rawValue)) == nil)
     }
-
-    @Test func preflightNamesTheProblem() {
-        #expect(StorePreflight.problem(header: [1, 2, 3], fileSize: 3)?.contains("truncated") == true)
-        #expect(
-            StorePreflight.problem(header: [UInt8](repeating: 7, count: 8192), fileSize: 8192)
-                == "data.mdb is not an LMDB file")
-    }
 }

@@ -1,17 +1,15 @@
-import Foundation
-
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Darwin)
     import Darwin
 #endif
 
-/// Checks a store directory before LMDB maps its data file.
+/// Checks `data.mdb` before LMDB maps it.
 ///
 /// LMDB trusts the meta page: if `data.mdb` is shorter than the pages it names, reading them
 /// through the memory map kills the process with SIGBUS. Reading the two meta pages with `pread`
-/// first turns a missing, empty, truncated or foreign file into one clear line.
-enum StorePreflight {
+/// first turns an empty, truncated or foreign file into a clear error.
+enum DataFileHeader {
     /// LMDB's meta-page magic number (`MDB_MAGIC`) and data format version (`MDB_DATA_VERSION`).
     private static let magic: UInt32 = 0xBEEF_C0DE
     private static let dataVersion: UInt32 = 1
@@ -25,43 +23,19 @@ enum StorePreflight {
     private static let transactionOffset = 144
     private static let metaLength = 152
 
-    /// Throws a failure with exit code 3 when `path` is not a readable, complete LMDB store.
-    static func check(_ path: String) throws(CommandFailure) {
-        func notAStore(_ reason: String) -> CommandFailure {
-            CommandFailure(.unavailable, "\(path) is not a PersistentDefaults store: \(reason)")
-        }
-        var info = stat()
-        if stat(path, &info) != 0 {
-            let error = errno
-            if error == ENOENT { throw notAStore("no such directory") }
-            throw CommandFailure(.unavailable, "cannot read \(path): \(String(cString: strerror(error)))")
-        }
-        guard info.st_mode & S_IFMT == S_IFDIR else { throw notAStore("not a directory") }
-        let dataPath = path + "/data.mdb"
-        if stat(dataPath, &info) != 0 {
-            let error = errno
-            if error == ENOENT { throw notAStore("the directory has no data.mdb") }
-            throw CommandFailure(.unavailable, "cannot read \(dataPath): \(String(cString: strerror(error)))")
-        }
-        guard info.st_mode & S_IFMT == S_IFREG else { throw notAStore("data.mdb is not a file") }
-        let size = Int(info.st_size)
-        guard size > 0 else { throw notAStore("data.mdb is empty") }
-        let header = try readHeader(dataPath, count: min(size, 2 << 16))
-        if let problem = problem(header: header, fileSize: size) { throw notAStore(problem) }
-    }
-
-    private static func readHeader(_ path: String, count: Int) throws(CommandFailure) -> [UInt8] {
+    /// Throws ``PersistentDefaultsError/notAStore(path:reason:)`` when the data file at `path`
+    /// (of `size` bytes) is not a complete LMDB file.
+    static func check(_ path: String, size: Int, store: String) throws(PersistentDefaultsError) {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else {
-            throw CommandFailure(.unavailable, "cannot read \(path): \(String(cString: strerror(errno)))")
-        }
+        guard descriptor >= 0 else { throw .fileSystem(path: path, errno: errno, operation: "open") }
         defer { close(descriptor) }
+        let count = min(size, 2 << 16)
         var bytes = [UInt8](repeating: 0, count: count)
         let read = bytes.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, count, 0) }
-        guard read >= 0 else {
-            throw CommandFailure(.unavailable, "cannot read \(path): \(String(cString: strerror(errno)))")
+        guard read >= 0 else { throw .fileSystem(path: path, errno: errno, operation: "read") }
+        if let problem = problem(header: Array(bytes.prefix(read)), fileSize: size) {
+            throw .notAStore(path: store, reason: problem)
         }
-        return Array(bytes.prefix(read))
     }
 
     /// What is wrong with a data file that starts with `header` and has `fileSize` bytes; nil
