@@ -99,3 +99,10 @@ enum KeyTypeCache {
         return key
     }
 }
+
+/// Seed 003's `CodableDefaultsKey`: a key type whose value is any `Codable`, stored as JSON.
+///
+/// ```swift
+/// struct LayoutKey: CodableDefaultsKey { static let defaultValue = Layout() }
+/// ```
+public protocol CodableDefaultsKey: PersistentDefaultsKey where Value: Codable {}

@@ -32,6 +32,8 @@ final class StoreCore: Sendable {
     private let flusher: Flusher?
     /// The observers of this store in this process.
     let observers = ObserverRegistry()
+    /// The Observation-framework trackers of keys read through property wrappers.
+    let trackers = Mutex<[String: KeyTracker]>([:])
     /// Commits of this process that appended a log record.
     let localLoggedCommits = Atomic<Int>(0)
 
@@ -62,6 +64,7 @@ final class StoreCore: Sendable {
 
     /// Flushes and closes; the last handle of the path calls this.
     func close() {
+        trackers.withLock { $0.removeAll() }
         observers.close()
         flusher?.stop()
         environment.close()

@@ -11,7 +11,7 @@
 /// through the non-throwing subscript that fails makes the whole transaction throw and write
 /// nothing.
 public final class WriteTransaction {
-    private unowned let core: StoreCore
+    unowned let core: StoreCore
     private let transaction: Transaction
     private var isValid = true
     private var firstError: (any Error)?
@@ -26,7 +26,7 @@ public final class WriteTransaction {
 
     func invalidate() { isValid = false }
 
-    private func live() throws -> Transaction {
+    func live() throws -> Transaction {
         guard isValid else {
             throw PersistentDefaultsError.lmdb(
                 code: .badTransaction, operation: "use a WriteTransaction after its closure returned")
@@ -141,7 +141,7 @@ public final class WriteTransaction {
     }
 
     /// Writes `bytes` (nil removes) unless they equal what the transaction already holds.
-    private func replace(_ name: String, with bytes: [UInt8]?, in transaction: Transaction) throws {
+    func replace(_ name: String, with bytes: [UInt8]?, in transaction: Transaction) throws {
         let nameBytes = Array(name.utf8)
         let current: [UInt8]?
         if let entry = touched[name] {
@@ -175,7 +175,7 @@ public final class WriteTransaction {
 ///
 /// Every read in one snapshot sees the same committed state. Valid only inside the closure.
 public final class Snapshot {
-    private unowned let core: StoreCore
+    unowned let core: StoreCore
     private let transaction: Transaction
     private var isValid = true
 

@@ -1,0 +1,126 @@
+import Foundation
+
+/// A migration recorded in the store by ``PersistentDefaults/migrate(to:_:_:)``.
+public struct MigrationRecord: Sendable, Equatable, Codable {
+    /// The version the store reached.
+    public let version: Int
+    /// What the migration did, as its author described it.
+    public let description: String
+    /// When it ran.
+    public let date: Date
+    /// The process that ran it.
+    public let processID: Int32
+}
+
+extension PersistentDefaults {
+    /// Runs `body` once per store to bring it to `version`, in one write transaction that also
+    /// records the migration in the store; returns false when the store already is at `version`
+    /// or later. Safe to call at every start and from several processes at once: write
+    /// transactions are serialised, so exactly one of them runs `body`.
+    ///
+    /// ```swift
+    /// try store.migrate(to: 2, "theme became an enum; count was a string") { tx in
+    ///     try tx.renameKey("appTheme", to: "theme")
+    ///     try tx.convertValue(named: "launchCount", from: String.self, to: .launchCount) { Int($0) ?? 0 }
+    /// }
+    /// ```
+    ///
+    /// If `body` throws, nothing is written and the version stays where it was.
+    @discardableResult
+    public func migrate(to version: Int, _ description: String = "", _ body: (WriteTransaction) throws -> Void)
+        throws -> Bool
+    {
+        try write { transaction in
+            guard try transaction.migrationVersion() < version else { return false }
+            try body(transaction)
+            try transaction.recordMigration(
+                MigrationRecord(version: version, description: description, date: Date(), processID: getpid()))
+            return true
+        }
+    }
+
+    /// The version the store's migrations reached; 0 before the first.
+    public func migrationVersion() throws -> Int {
+        try core.environment.withRead { transaction in try core.migrationVersion(in: transaction) }
+    }
+
+    /// Every migration recorded in the store, oldest first.
+    public func migrations() throws -> [MigrationRecord] {
+        try core.environment.withRead { transaction in
+            var records: [MigrationRecord] = []
+            try StoreCore.migrationPrefix.withUnsafeBytes { start in
+                try transaction.forEach(core.databases.meta, from: start) { key, value in
+                    guard key.starts(with: StoreCore.migrationPrefix) else { return false }
+                    records.append(try JSONDecoder().decode(MigrationRecord.self, from: Data(value)))
+                    return true
+                }
+            }
+            return records
+        }
+    }
+}
+
+extension StoreCore {
+    /// Meta key of the migration version (`UInt32` big-endian).
+    static let migrationVersionKey = Array("migration-version".utf8)
+    /// Meta keys of the migration records: this prefix and the version as 10 decimal digits.
+    static let migrationPrefix = Array("migration/".utf8)
+
+    func migrationVersion(in transaction: Transaction) throws -> Int {
+        try Self.migrationVersionKey.withUnsafeBytes { key in
+            try transaction.withValue(databases.meta, key) { bytes in
+                bytes.map { Int($0.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }) } ?? 0
+            }
+        }
+    }
+}
+
+extension WriteTransaction {
+    /// The version the store's migrations reached, as this transaction sees it.
+    func migrationVersion() throws -> Int { try core.migrationVersion(in: try live()) }
+
+    /// Writes `record` and the new version to the meta database.
+    func recordMigration(_ record: MigrationRecord) throws {
+        let transaction = try live()
+        var version = ByteWriter()
+        version.append(UInt32(clamping: record.version))
+        let digits = String(record.version)
+        let name =
+            StoreCore.migrationPrefix + Array((String(repeating: "0", count: max(0, 10 - digits.count)) + digits).utf8)
+        let encoded = Array(try JSONEncoder().encode(record))
+        try StoreCore.migrationVersionKey.withUnsafeBytes { key in
+            try version.bytes.withUnsafeBytes { try transaction.put(core.databases.meta, key, $0) }
+        }
+        try name.withUnsafeBytes { key in
+            try encoded.withUnsafeBytes { try transaction.put(core.databases.meta, key, $0) }
+        }
+    }
+
+    /// Moves the stored value of `oldName` to `newName` (replacing what was there); does nothing
+    /// when `oldName` is not stored. Logged as a removal and a set.
+    public func renameKey(_ oldName: String, to newName: String) throws {
+        let old = PersistentDefaults.Keys(name: oldName)
+        let new = PersistentDefaults.Keys(name: newName)
+        try old.validate()
+        try new.validate()
+        guard oldName != newName, let bytes = try core.encodedValue(named: old.nameBytes, in: try live()) else {
+            return
+        }
+        try replace(newName, with: bytes, in: try live())
+        try replace(oldName, with: nil, in: try live())
+    }
+
+    /// Reads the value stored under `name` as `Old`, converts it and stores it for `key` (which
+    /// may have the same name); does nothing when `name` is not stored. Throws
+    /// ``PersistentDefaultsError/decodingFailed(key:type:reason:)`` when the stored value is not
+    /// an `Old`, and aborts the migration.
+    public func convertValue<Old: Codable & Sendable, New>(
+        named name: String, from _: Old.Type, to key: PersistentDefaults.Key<New>, _ transform: (Old) throws -> New
+    ) throws {
+        let oldKey = PersistentDefaults.Key<Old?>(name)
+        guard let old = try value(for: oldKey) else { return }
+        let new = try transform(old)
+        if name != key.name { try remove(oldKey) }
+        try replace(key.name, with: try core.encode(new, for: key), in: try live())
+    }
+}

@@ -1,0 +1,88 @@
+import Foundation
+import Synchronization
+
+extension PersistentDefaults {
+    /// The environment variable that sets where ``standard`` lives: `PERSISTENT_DEFAULTS_PATH`.
+    public static let standardPathEnvironmentVariable = "PERSISTENT_DEFAULTS_PATH"
+
+    private struct StandardState: Sendable {
+        var path: String?
+        var options = Options()
+        var store: PersistentDefaults?
+    }
+
+    private static let standardState = Mutex(StandardState())
+
+    /// The process-wide store that property wrappers use when no store is given.
+    ///
+    /// It lives in the directory ``standardPath``: `$PERSISTENT_DEFAULTS_PATH` when set, else
+    /// `$XDG_CONFIG_HOME/<executable name>/defaults` (`~/.config/<executable name>/defaults` when
+    /// `XDG_CONFIG_HOME` is unset). Call ``configureStandard(path:options:)`` before first use to
+    /// choose another place or other options.
+    ///
+    /// Opened on first use. If it cannot be opened, the error is passed to the configured
+    /// ``Options/errorHandler`` and a store in a new temporary directory stands in, so that the
+    /// app keeps running; nothing written there outlives the process's temporary directory.
+    public static var standard: PersistentDefaults {
+        standardState.withLock { state in
+            if let store = state.store { return store }
+            let path = state.path ?? standardPath
+            let store: PersistentDefaults
+            do {
+                store = try PersistentDefaults(path: path, options: state.options)
+            } catch {
+                state.options.errorHandler(
+                    error as? PersistentDefaultsError ?? .notAStore(path: path, reason: "\(error)"))
+                store = temporaryStandIn(options: state.options)
+            }
+            state.store = store
+            return store
+        }
+    }
+
+    /// Where ``standard`` lives unless configured: `$PERSISTENT_DEFAULTS_PATH`, else
+    /// `$XDG_CONFIG_HOME/<executable name>/defaults`, else `~/.config/<executable name>/defaults`.
+    public static var standardPath: String {
+        let environment = ProcessInfo.processInfo.environment
+        if let path = environment[standardPathEnvironmentVariable], !path.isEmpty { return path }
+        var config = environment["XDG_CONFIG_HOME"] ?? ""
+        if !config.hasPrefix("/") {
+            // The XDG specification: a relative XDG_CONFIG_HOME is invalid and ignored.
+            config = (environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()) + "/.config"
+        }
+        let executable = (CommandLine.arguments.first.map { ($0 as NSString).lastPathComponent } ?? "")
+        let name = executable.isEmpty ? "PersistentDefaults" : executable
+        return config + "/" + name + "/defaults"
+    }
+
+    /// Chooses where ``standard`` lives and how it is opened. Call it before the first use of
+    /// ``standard``; afterwards it throws ``PersistentDefaultsError/optionsConflict(path:reason:)``.
+    public static func configureStandard(path: String? = nil, options: Options = Options()) throws {
+        try standardState.withLock { state in
+            if let store = state.store {
+                throw PersistentDefaultsError.optionsConflict(
+                    path: store.path, reason: "PersistentDefaults.standard is already in use")
+            }
+            state.path = path
+            state.options = options
+        }
+    }
+
+    /// A store in a new directory under the temporary directory, else under `/dev/shm` (memory).
+    private static func temporaryStandIn(options: Options) -> PersistentDefaults {
+        var options = options
+        options.readOnly = false
+        var failures: [String] = []
+        for base in [FileManager.default.temporaryDirectory.path, "/dev/shm"] {
+            let path = base + "/PersistentDefaults-standard-\(getpid())-\(UUID().uuidString)"
+            do {
+                return try PersistentDefaults(path: path, options: options)
+            } catch {
+                failures.append("\(error)")
+            }
+        }
+        // Neither the configured directory nor any temporary one can hold a store: the machine
+        // has no writable storage, and a non-throwing `standard` has nothing left to return.
+        fatalError("PersistentDefaults.standard: no directory can hold a store: \(failures.joined(separator: "; "))")
+    }
+}
