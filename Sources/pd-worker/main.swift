@@ -7,6 +7,8 @@ import PersistentDefaults
 //   pd-worker set-int DIR KEY VALUE        one durable set of an Int
 //   pd-worker set-bytes DIR KEY BYTES      one set of a Data value of BYTES bytes (grows the map)
 //
+//   pd-worker observe-idle DIR KEY SECONDS  observe KEY while idle; print the CPU time used
+//
 // PD_LOG_RETENTION in the environment sets the store's log retention.
 //
 // Exit codes: 0 done, 2 usage, 3 a store error (printed on stderr).
@@ -19,7 +21,8 @@ enum ExitCode: Int32 {
 
 func run(_ arguments: [String]) -> ExitCode {
     guard arguments.count == 4 else {
-        FileHandle.standardError.write(Data("usage: pd-worker increment|set-int|set-bytes DIR KEY N\n".utf8))
+        FileHandle.standardError.write(
+            Data("usage: pd-worker increment|set-int|set-bytes|observe-idle DIR KEY N\n".utf8))
         return .usage
     }
     do {
@@ -37,6 +40,14 @@ func run(_ arguments: [String]) -> ExitCode {
         case ("set-bytes", let size?):
             try store.set(
                 Data(repeating: 0xAB, count: size), for: PersistentDefaults.Key<Data>(arguments[2], default: Data()))
+        case ("observe-idle", let seconds?):
+            let token = store.observe(PersistentDefaults.Key<Int>(arguments[2], default: 0)) { _ in }
+            let before = cpuSeconds()
+            // Measuring idle cost: waiting out the interval is the point, not synchronisation.
+            Thread.sleep(forTimeInterval: Double(seconds))
+            let used = cpuSeconds() - before
+            print("cpu \(used) s over \(seconds) s = \(used / Double(seconds) * 100) %")
+            token.cancel()
         default:
             FileHandle.standardError.write(Data("pd-worker: unknown command \(arguments[0])\n".utf8))
             return .usage
@@ -46,6 +57,14 @@ func run(_ arguments: [String]) -> ExitCode {
         return .failure
     }
     return .ok
+}
+
+/// User plus system CPU time of this process, in seconds.
+func cpuSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
 exit(run(Array(CommandLine.arguments.dropFirst())).rawValue)
