@@ -74,6 +74,8 @@ final class Environment: @unchecked Sendable {
     let configuration: EnvironmentConfiguration
     /// Whether the environment was opened without LMDB's lock file (read-only directories).
     let isLockless: Bool
+    /// LMDB's page size in bytes.
+    let pageSize: Int
     private let readPool = Mutex<[PooledTransaction]>([])
     private var isClosed = false
     private var writeSawMapFull = false
@@ -107,6 +109,9 @@ final class Environment: @unchecked Sendable {
             handle = try Self.open(configuration, lockless: true)
             isLockless = true
         }
+        var stat = MDB_stat()
+        _ = mdb_env_stat(handle, &stat)  // Cannot fail on an open environment.
+        pageSize = Int(stat.ms_psize)
         if !isLockless {
             var dead: Int32 = 0
             // Crashed readers leave stale slots; lmdb.h: "Check for stale entries in the reader lock table."
@@ -168,6 +173,7 @@ final class Environment: @unchecked Sendable {
         while true {
             do {
                 return try gate.withShared {
+                    try checkOpen()
                     let transaction = try beginRead()
                     defer { endRead(transaction) }
                     return try body(Transaction(handle: transaction, environment: self))
@@ -234,6 +240,7 @@ final class Environment: @unchecked Sendable {
     }
 
     private func writeOnce<R>(_ body: (Transaction) throws -> R) throws -> R {
+        try checkOpen()
         var begun: TransactionHandle?
         let code = mdb_txn_begin(handle, nil, 0, &begun)
         if code == MDB_MAP_RESIZED { throw RetrySignal.mapResized }
@@ -275,23 +282,16 @@ final class Environment: @unchecked Sendable {
 
     private func needsGrowth(forWriting bytes: Int) -> Bool {
         let facts = info()
-        let pageSize = Int(pageSizeValue)
         let used = (facts.lastPage + 1) * pageSize
         // Copy-on-write touches a branch path per change; twice the payload plus slack is a safe bound.
         return used + 2 * bytes + 64 * pageSize > facts.mapSize
     }
 
-    private lazy var pageSizeValue: UInt32 = {
-        var stat = MDB_stat()
-        _ = mdb_env_stat(handle, &stat)  // Cannot fail on an open environment.
-        return stat.ms_psize
-    }()
-
     /// Grows the map so that `bytes` more fit, doubling up to 1 GiB and then adding 1 GiB steps.
     private func grow(toFit bytes: Int) throws {
         try gate.withExclusive {
-            let facts = info()
-            let used = (facts.lastPage + 1) * Int(pageSizeValue)
+            let facts = rawInfo()
+            let used = (facts.lastPage + 1) * pageSize
             let gib = 1 << 30
             var size = facts.mapSize
             while size < used + 2 * bytes + (1 << 20) || size == facts.mapSize {
@@ -323,8 +323,24 @@ final class Environment: @unchecked Sendable {
         }
     }
 
-    /// Environment facts (`mdb_env_info`).
+    /// Throws once the environment is closed; call with the gate held.
+    private func checkOpen() throws {
+        if isClosed {
+            throw PersistentDefaultsError.lmdb(
+                code: LMDBResultCode(rawValue: EINVAL), operation: "use \(configuration.path) after it was closed")
+        }
+    }
+
+    /// Environment facts (`mdb_env_info`); zeros once the environment is closed.
     func info() -> EnvironmentInfo {
+        gate.withShared {
+            isClosed
+                ? EnvironmentInfo(mapSize: 0, lastPage: 0, lastTransactionID: 0, maxReaders: 0, readers: 0) : rawInfo()
+        }
+    }
+
+    /// `info()` for callers that hold the gate exclusively.
+    private func rawInfo() -> EnvironmentInfo {
         var info = MDB_envinfo()
         _ = mdb_env_info(handle, &info)  // Only reads the meta page; always returns 0.
         return EnvironmentInfo(
