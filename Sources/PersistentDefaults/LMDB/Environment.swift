@@ -290,6 +290,7 @@ final class Environment: @unchecked Sendable {
     /// Grows the map so that `bytes` more fit, doubling up to 1 GiB and then adding 1 GiB steps.
     private func grow(toFit bytes: Int) throws {
         try gate.withExclusive {
+            try checkOpen()
             let facts = rawInfo()
             let used = (facts.lastPage + 1) * pageSize
             let gib = 1 << 30
@@ -308,6 +309,7 @@ final class Environment: @unchecked Sendable {
                 code: .mapResized, operation: "adopt the map size inside a read on this thread")
         }
         try gate.withExclusive {
+            try checkOpen()
             abortPooledTransactions()
             try check(mdb_env_set_mapsize(handle, 0), "mdb_env_set_mapsize(0)")
         }
