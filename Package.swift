@@ -7,6 +7,7 @@ let package = Package(
     products: [
         .library(name: "PersistentDefaults", targets: ["PersistentDefaults"]),
         .executable(name: "pd-demo", targets: ["pd-demo"]),
+        .executable(name: "pdbench", targets: ["pdbench"]),
     ],
     targets: [
         .systemLibrary(
@@ -17,6 +18,17 @@ let package = Package(
         ),
         .target(name: "PersistentDefaults", dependencies: ["CLMDB"]),
         .executableTarget(name: "pd-demo", dependencies: ["PersistentDefaults"]),
+        .systemLibrary(
+            name: "CSQLite",
+            path: "Benchmarks/CSQLite",
+            pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"])]
+        ),
+        .executableTarget(
+            name: "pdbench",
+            dependencies: ["PersistentDefaults", "CLMDB", "CSQLite"],
+            path: "Benchmarks/pdbench"
+        ),
         .testTarget(name: "PersistentDefaultsTests", dependencies: ["PersistentDefaults", "CLMDB"]),
     ],
     swiftLanguageModes: [.v6]
