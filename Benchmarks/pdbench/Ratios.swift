@@ -54,7 +54,10 @@ func computeRatios(_ rows: [Measurement]) -> [Ratio] {
         "wrapper overhead, get (int): store[key] − raw LMDB [wrapper not yet available]", "get/int/store-subscript",
         "get/int/raw-lmdb")
     overhead(
-        "wrapper overhead, set (int): store.set − raw durable commit [wrapper not yet available]",
+        "wrapper overhead, set (int): store.set bounded − raw LMDB put + MDB_NOSYNC commit [wrapper not yet available]",
+        "set/int/store-bounded", "set/int/raw-lmdb-nosync")
+    overhead(
+        "wrapper overhead, set (int): store.set sync − raw LMDB durable commit (fsync noise dominates)",
         "set/int/store-sync", "set/int/raw-lmdb-durable")
     for kind in ["int", "struct"] {
         ratio(
@@ -70,11 +73,13 @@ func computeRatios(_ rows: [Measurement]) -> [Ratio] {
             p50("set/\(kind)/store-bounded"), p50("set/\(kind)/raw-lmdb-nosync"), describe: "(p50)", met: nil)
         ratio(
             "durable set (\(kind)): UserDefaults set+synchronize / store sync", target: "none",
-            p50("set/\(kind)/userdefaults-set-synchronize"), p50("set/\(kind)/store-sync"), describe: "faster (p50)",
+            p50("set/\(kind)/userdefaults-set-synchronize"), p50("set/\(kind)/store-sync"),
+            describe: "(peer p50 / store p50)",
             met: nil)
         ratio(
             "durable set (\(kind)): SQLite WAL FULL / store sync", target: "none",
-            p50("set/\(kind)/sqlite-wal-full"), p50("set/\(kind)/store-sync"), describe: "faster (p50)", met: nil)
+            p50("set/\(kind)/sqlite-wal-full"), p50("set/\(kind)/store-sync"), describe: "(peer p50 / store p50)",
+            met: nil)
     }
     for count in [10, 1_000] {
         ratio(
