@@ -57,7 +57,8 @@ struct PendingCase: Sendable {
 
 /// Every case, in the order they run and print.
 let allCases: [BenchmarkCase] =
-    getCases + setCases + transactionCases + concurrencyCases + scaleCases + referenceCases
+    getCases + setCases + interleavedCases + transactionCases + concurrencyCases + scaleCases + referenceCases
+    + lockReferenceCases
 
 /// Cases whose API does not exist yet; printed as "not yet available".
 let pendingCases: [PendingCase] = [

@@ -106,3 +106,28 @@ func format(_ value: Double, decimals: Int) -> String {
     let digits = String(fraction)
     return text + "." + String(repeating: "0", count: decimals - digits.count) + digits
 }
+
+/// Like `measure`, but alternates samples of `first` and `second`, so that drift in the
+/// machine (other builds, disk flushes) hits both alike; returns both sample sets.
+func measureInterleaved(_ plan: Plan, _ first: (Int) throws -> Void, _ second: (Int) throws -> Void) rethrows
+    -> (first: [Double], second: [Double])
+{
+    for index in 0..<plan.warmup {
+        try first(index)
+        try second(index)
+    }
+    var counter = plan.warmup
+    var firstSamples: [Double] = []
+    var secondSamples: [Double] = []
+    for _ in 0..<plan.samples {
+        let start = monotonicNanoseconds()
+        for offset in 0..<plan.batch { try first(counter + offset) }
+        let middle = monotonicNanoseconds()
+        for offset in 0..<plan.batch { try second(counter + offset) }
+        let end = monotonicNanoseconds()
+        firstSamples.append(Double(middle - start) / Double(plan.batch))
+        secondSamples.append(Double(end - middle) / Double(plan.batch))
+        counter += plan.batch
+    }
+    return (firstSamples, secondSamples)
+}
