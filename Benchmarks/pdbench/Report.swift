@@ -51,7 +51,7 @@ func tableLine(_ row: Report.Row) -> String {
     let columns = [row.p50Nanoseconds, row.p90Nanoseconds, row.p99Nanoseconds].map {
         pad(formatDuration($0 ?? .nan), 12, right: true)
     }
-    let throughput = row.operationsPerSecond.map { format($0, decimals: 0) } ?? "-"
+    let throughput = row.operationsPerSecond.map { format($0, decimals: $0 < 100 ? 1 : 0) } ?? "-"
     return pad(row.name, nameWidth) + columns.joined() + pad(throughput, 14, right: true)
 }
 

@@ -4,8 +4,7 @@ import PersistentDefaults
 /// `scale/<n>-keys/…`: a store holding n Int keys — get p50, open time, file size — and
 /// UserDefaults' open time with the same data.
 ///
-/// Quick mode measures 10k keys only. Full mode measures 10k, 100k and 1M keys for the store;
-/// UserDefaults only up to 100k (writing a 1M-key plist with `synchronize()` takes minutes).
+/// Quick mode measures 10k keys only; full mode 10k, 100k and 1M.
 func scaleSizes(quick: Bool) -> [Int] { quick ? [10_000] : [10_000, 100_000, 1_000_000] }
 
 let scaleCases: [BenchmarkCase] = [10_000, 100_000, 1_000_000].map { count in
@@ -72,36 +71,46 @@ private func scale(count: Int, _ context: RunContext) throws -> [Measurement] {
                 prefix + "store-file-vs-logical", value: fileSize / logical, unit: "x",
                 note: "data.mdb size / (key name bytes + 8 bytes per Int); includes the commit log"))
     }
-    if count <= 100_000 {
-        results += try userDefaultsOpen(count: count, names: prefix)
-    }
+    results += try userDefaultsOpen(count: count, names: prefix)
     return results
 }
 
-/// Writes `count` keys into a fresh suite, then times, in child processes, opening it and
-/// reading one key (a new process, because Foundation caches a suite's contents in-process),
-/// and, in this process, setting one key of the full domain.
+/// Writes a suite's plist holding `count` keys, then times, in child processes, opening the
+/// suite and reading one key (a new process, because Foundation caches a suite's contents
+/// in-process), and, in this process, setting one key of the full domain.
+///
+/// The plist is written directly where Foundation keeps it on Linux (`$XDG_CONFIG_HOME` or
+/// `~/.config`, `<suite>.plist`): through `UserDefaults`, n sets before a `synchronize()` take
+/// time quadratic in n (a profile shows `CFArrayContainsValue` under
+/// `_CFApplicationPreferencesSet`, also for `setPersistentDomain`); 100k keys took minutes.
 private func userDefaultsOpen(count: Int, names prefix: String) throws -> [Measurement] {
-    try withUserDefaultsSuite { defaults, suite in
-        // One call: on Linux, n single sets before a synchronize() take time quadratic in n
-        // (a profile shows CFArrayContainsValue under _CFApplicationPreferencesSet); 100k took minutes.
-        var domain: [String: Any] = [:]
-        for index in 0..<count { domain["key-\(index)"] = index }
-        defaults.setPersistentDomain(domain, forName: suite)
-        defaults.synchronize()
-        var samples: [Double] = []
-        for _ in 0..<5 {
-            samples.append(try childMeasuresUserDefaultsOpen(suite: suite))
-        }
-        let sets = measure(Plan(warmup: 2, samples: 20, batch: 1)) { index in
-            defaults.set(index, forKey: "key-1")
-        }
-        return [
-            Measurement(prefix + "userdefaults-open", samples: samples, note: "child process: suite + first read"),
-            Measurement(
-                prefix + "userdefaults-set", samples: sets, note: "set of one key in a domain of this many keys"),
-        ]
+    let suite = "pdbench-" + UUID().uuidString
+    let environment = ProcessInfo.processInfo.environment
+    let directory = environment["XDG_CONFIG_HOME"] ?? (NSHomeDirectory() + "/.config")
+    let file = directory + "/" + suite + ".plist"
+    var domain: [String: Any] = [:]
+    for index in 0..<count { domain["key-\(index)"] = index }
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    try PropertyListSerialization.data(fromPropertyList: domain, format: .xml, options: 0)
+        .write(to: URL(fileURLWithPath: file))
+    defer { try? FileManager.default.removeItem(atPath: file) }  // Best effort, as for temp directories.
+    var samples: [Double] = []
+    for _ in 0..<5 {
+        samples.append(try childMeasuresUserDefaultsOpen(suite: suite))
     }
+    guard let defaults = UserDefaults(suiteName: suite) else {
+        throw BenchmarkError.setup("UserDefaults(suiteName: \(suite)) returned nil")
+    }
+    // No removePersistentDomain: it removes key by key, also quadratic; the deferred file
+    // removal above cleans up, and this process never synchronizes the suite again.
+    guard defaults.integer(forKey: "key-1") == 1 else { throw BenchmarkError.setup("the suite did not load") }
+    let sets = measure(Plan(warmup: 2, samples: 20, batch: 1)) { index in
+        defaults.set(index, forKey: "key-1")
+    }
+    return [
+        Measurement(prefix + "userdefaults-open", samples: samples, note: "child process: suite + first read"),
+        Measurement(prefix + "userdefaults-set", samples: sets, note: "set of one key in a domain of this many keys"),
+    ]
 }
 
 private func childMeasuresUserDefaultsOpen(suite: String) throws -> Double {
