@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "PersistentDefaults", targets: ["PersistentDefaults"]),
         .executable(name: "pd-demo", targets: ["pd-demo"]),
         .executable(name: "pdinspect", targets: ["pdinspect"]),
+        .executable(name: "pdbench", targets: ["pdbench"]),
     ],
     targets: [
         .systemLibrary(
@@ -21,6 +22,17 @@ let package = Package(
         .executableTarget(name: "pd-worker", dependencies: ["PersistentDefaults"]),
         .target(name: "PDInspectCore", dependencies: ["PersistentDefaults"]),
         .executableTarget(name: "pdinspect", dependencies: ["PDInspectCore"]),
+        .systemLibrary(
+            name: "CSQLite",
+            path: "Benchmarks/CSQLite",
+            pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"])]
+        ),
+        .executableTarget(
+            name: "pdbench",
+            dependencies: ["PersistentDefaults", "CLMDB", "CSQLite"],
+            path: "Benchmarks/pdbench"
+        ),
         .testTarget(name: "PersistentDefaultsTests", dependencies: ["PersistentDefaults", "CLMDB", "pd-worker"]),
         .testTarget(name: "pdinspectTests", dependencies: ["PDInspectCore", "PersistentDefaults", "pdinspect"]),
     ],

@@ -1,0 +1,102 @@
+/// A comparison of two rows measured in the same run, against a target when there is one.
+struct Ratio: Encodable {
+    var name: String
+    var target: String
+    var measured: String
+    /// `MET`, `MISSED`, `INFO` (no target) or `NOT MEASURED`.
+    var verdict: String
+}
+
+/// Computes every ratio the issue asks for from the rows of this run.
+func computeRatios(_ rows: [Measurement]) -> [Ratio] {
+    var byName: [String: Measurement] = [:]
+    for row in rows { byName[row.name] = row }
+    func p50(_ name: String) -> Double? { byName[name]?.summary?.p50 }
+    func throughput(_ name: String) -> Double? {
+        byName[name].flatMap { $0.operationsPerSecond ?? $0.summary?.operationsPerSecond }
+    }
+    var ratios: [Ratio] = []
+    func ratio(
+        _ name: String, target: String, _ numerator: Double?, _ denominator: Double?, describe: String,
+        met: ((Double) -> Bool)?
+    ) {
+        guard let numerator, let denominator, denominator > 0 else {
+            ratios.append(Ratio(name: name, target: target, measured: "-", verdict: "NOT MEASURED"))
+            return
+        }
+        let value = numerator / denominator
+        let verdict = met.map { $0(value) ? "MET" : "MISSED" } ?? "INFO"
+        ratios.append(
+            Ratio(name: name, target: target, measured: format(value, decimals: 2) + "× " + describe, verdict: verdict))
+    }
+    func overhead(_ name: String, _ typed: String, _ raw: String) {
+        guard let typed = p50(typed), let raw = p50(raw) else {
+            ratios.append(Ratio(name: name, target: "< 1 µs", measured: "-", verdict: "NOT MEASURED"))
+            return
+        }
+        let difference = typed - raw
+        let claim = 100_000 / max(difference, 1)
+        ratios.append(
+            Ratio(
+                name: name, target: "< 1 µs (seed 003 claims ~100 µs for its wrapper)",
+                measured: formatDuration(difference) + " (\(format(claim, decimals: 0))× less than 0.1 ms)",
+                verdict: difference < 1_000 ? "MET" : "MISSED"))
+    }
+    for kind in ["int", "struct"] {
+        ratio(
+            "typed get (\(kind)): store.value(for:) / raw LMDB", target: "≤ 1.10×",
+            p50("get/\(kind)/store-value-for"), p50("get/\(kind)/raw-lmdb"), describe: "(p50)", met: { $0 <= 1.10 })
+        ratio(
+            "typed get (\(kind)): store[key] / raw LMDB", target: "≤ 1.10×",
+            p50("get/\(kind)/store-subscript"), p50("get/\(kind)/raw-lmdb"), describe: "(p50)", met: { $0 <= 1.10 })
+    }
+    overhead(
+        "wrapper overhead, get (int): store[key] − raw LMDB [wrapper not yet available]", "get/int/store-subscript",
+        "get/int/raw-lmdb")
+    overhead(
+        "wrapper overhead, set (int): store.set bounded − raw LMDB put + MDB_NOSYNC commit [wrapper not yet available]",
+        "set/int/store-bounded", "set/int/raw-lmdb-nosync")
+    overhead(
+        "wrapper overhead, set (int): store.set sync − raw LMDB durable commit (fsync noise dominates)",
+        "set/int/store-sync", "set/int/raw-lmdb-durable")
+    for kind in ["int", "struct"] {
+        ratio(
+            "durable set (\(kind)), interleaved: store sync / raw LMDB put + durable commit", target: "≤ 1.15×",
+            p50("set/\(kind)/durable-interleaved/store-sync"), p50("set/\(kind)/durable-interleaved/raw-lmdb"),
+            describe: "(p50)", met: { $0 <= 1.15 })
+        ratio(
+            "durable set (\(kind)), separate runs: store sync / raw LMDB put + durable commit", target: "≤ 1.15×",
+            p50("set/\(kind)/store-sync"), p50("set/\(kind)/raw-lmdb-durable"), describe: "(p50)",
+            met: { $0 <= 1.15 })
+        ratio(
+            "bounded-loss set (\(kind)): UserDefaults.set / store bounded", target: "≥ 5× faster",
+            p50("set/\(kind)/userdefaults-set"), p50("set/\(kind)/store-bounded"), describe: "faster (p50)",
+            met: { $0 >= 5 })
+        ratio(
+            "bounded-loss set (\(kind)): store bounded / raw LMDB MDB_NOSYNC", target: "none",
+            p50("set/\(kind)/store-bounded"), p50("set/\(kind)/raw-lmdb-nosync"), describe: "(p50)", met: nil)
+        ratio(
+            "durable set (\(kind)): UserDefaults set+synchronize / store sync", target: "none",
+            p50("set/\(kind)/userdefaults-set-synchronize"), p50("set/\(kind)/store-sync"),
+            describe: "(peer p50 / store p50)",
+            met: nil)
+        ratio(
+            "durable set (\(kind)): SQLite WAL FULL / store sync", target: "none",
+            p50("set/\(kind)/sqlite-wal-full"), p50("set/\(kind)/store-sync"), describe: "(peer p50 / store p50)",
+            met: nil)
+    }
+    for count in [10, 1_000] {
+        ratio(
+            "transaction of \(count) keys: store.write / raw LMDB", target: "none",
+            p50("transaction/\(count)-keys/store-write"), p50("transaction/\(count)-keys/raw-lmdb"),
+            describe: "(p50)", met: nil)
+    }
+    ratio(
+        "8 concurrent durable writers / 1 writer", target: "≥ 4× commits/s",
+        throughput("concurrent/8-writers"), throughput("concurrent/1-writers"), describe: "commits/s", met: { $0 >= 4 })
+    ratios.append(
+        Ratio(
+            name: "10,000 observers on other keys: cost on a set", target: "≤ 5%", measured: "-",
+            verdict: "NOT YET AVAILABLE"))
+    return ratios
+}

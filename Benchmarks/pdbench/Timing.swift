@@ -1,0 +1,133 @@
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Monotonic time in nanoseconds (`clock_gettime(CLOCK_MONOTONIC)`).
+@inline(__always)
+func monotonicNanoseconds() -> UInt64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+}
+
+/// How long a case runs: warm-up operations, then timed samples of `batch` operations each.
+struct Plan {
+    var warmup: Int
+    var samples: Int
+    var batch: Int
+
+    /// For operations well under a microsecond: batches of 100, so the clock is read rarely.
+    static func fast(quick: Bool) -> Plan {
+        quick ? Plan(warmup: 2_000, samples: 300, batch: 100) : Plan(warmup: 50_000, samples: 5_000, batch: 100)
+    }
+
+    /// For operations of a few microseconds.
+    static func medium(quick: Bool) -> Plan {
+        quick ? Plan(warmup: 200, samples: 300, batch: 10) : Plan(warmup: 5_000, samples: 5_000, batch: 10)
+    }
+
+    /// For operations that reach the disk (durable commits, `synchronize()`): one per sample.
+    static func slow(quick: Bool) -> Plan {
+        quick ? Plan(warmup: 10, samples: 50, batch: 1) : Plan(warmup: 200, samples: 2_000, batch: 1)
+    }
+}
+
+/// Runs `operation` (passed a running counter) `plan.warmup` times, then times
+/// `plan.samples` batches; returns nanoseconds per operation for each batch.
+func measure(_ plan: Plan, _ operation: (Int) throws -> Void) rethrows -> [Double] {
+    var counter = 0
+    for _ in 0..<plan.warmup {
+        try operation(counter)
+        counter += 1
+    }
+    var samples: [Double] = []
+    samples.reserveCapacity(plan.samples)
+    for _ in 0..<plan.samples {
+        let start = monotonicNanoseconds()
+        for _ in 0..<plan.batch {
+            try operation(counter)
+            counter += 1
+        }
+        let end = monotonicNanoseconds()
+        samples.append(Double(end - start) / Double(plan.batch))
+    }
+    return samples
+}
+
+/// Percentiles and throughput of a set of per-operation samples.
+struct Summary: Sendable {
+    var p50: Double
+    var p90: Double
+    var p99: Double
+    var mean: Double
+    var count: Int
+
+    init(nanoseconds samples: [Double]) {
+        let sorted = samples.sorted()
+        count = sorted.count
+        func percentile(_ fraction: Double) -> Double {
+            guard !sorted.isEmpty else { return .nan }
+            let index = min(sorted.count - 1, Int((Double(sorted.count) * fraction).rounded(.down)))
+            return sorted[index]
+        }
+        p50 = percentile(0.50)
+        p90 = percentile(0.90)
+        p99 = percentile(0.99)
+        mean = sorted.isEmpty ? .nan : sorted.reduce(0, +) / Double(sorted.count)
+    }
+
+    /// Operations per second from the mean time per operation.
+    var operationsPerSecond: Double { mean > 0 ? 1e9 / mean : .nan }
+}
+
+/// Formats nanoseconds with a unit that keeps three significant digits.
+func formatDuration(_ nanoseconds: Double) -> String {
+    guard nanoseconds.isFinite else { return "-" }
+    if nanoseconds < 1_000 { return format(nanoseconds, decimals: nanoseconds < 10 ? 2 : 0) + " ns" }
+    if nanoseconds < 1_000_000 { return format(nanoseconds / 1_000, decimals: nanoseconds < 10_000 ? 2 : 1) + " µs" }
+    if nanoseconds < 1_000_000_000 {
+        return format(nanoseconds / 1_000_000, decimals: nanoseconds < 10_000_000 ? 2 : 1) + " ms"
+    }
+    return format(nanoseconds / 1_000_000_000, decimals: 2) + " s"
+}
+
+/// `value` with a fixed number of decimals.
+func format(_ value: Double, decimals: Int) -> String {
+    guard value.isFinite else { return "-" }
+    var scale = 1.0
+    for _ in 0..<decimals { scale *= 10 }
+    let rounded = (value * scale).rounded() / scale
+    var text = String(Int(rounded.rounded(.towardZero)))
+    if rounded < 0, Int(rounded.rounded(.towardZero)) == 0 { text = "-0" }
+    guard decimals > 0 else { return text }
+    let fraction = Int((abs(rounded) * scale).rounded()) % Int(scale)
+    let digits = String(fraction)
+    return text + "." + String(repeating: "0", count: decimals - digits.count) + digits
+}
+
+/// Like `measure`, but alternates samples of `first` and `second`, so that drift in the
+/// machine (other builds, disk flushes) hits both alike; returns both sample sets.
+func measureInterleaved(_ plan: Plan, _ first: (Int) throws -> Void, _ second: (Int) throws -> Void) rethrows
+    -> (first: [Double], second: [Double])
+{
+    for index in 0..<plan.warmup {
+        try first(index)
+        try second(index)
+    }
+    var counter = plan.warmup
+    var firstSamples: [Double] = []
+    var secondSamples: [Double] = []
+    for _ in 0..<plan.samples {
+        let start = monotonicNanoseconds()
+        for offset in 0..<plan.batch { try first(counter + offset) }
+        let middle = monotonicNanoseconds()
+        for offset in 0..<plan.batch { try second(counter + offset) }
+        let end = monotonicNanoseconds()
+        firstSamples.append(Double(middle - start) / Double(plan.batch))
+        secondSamples.append(Double(end - middle) / Double(plan.batch))
+        counter += plan.batch
+    }
+    return (firstSamples, secondSamples)
+}
