@@ -106,8 +106,8 @@ extension WriteTransaction {
         guard oldName != newName, let bytes = try core.encodedValue(named: old.nameBytes, in: try live()) else {
             return
         }
-        try replace(newName, with: bytes, in: try live())
-        try replace(oldName, with: nil, in: try live())
+        try replace(new, with: bytes, in: try live())
+        try replace(old, with: nil, in: try live())
     }
 
     /// Reads the value stored under `name` as `Old`, converts it and stores it for `key` (which
@@ -121,6 +121,6 @@ extension WriteTransaction {
         guard let old = try value(for: oldKey) else { return }
         let new = try transform(old)
         if name != key.name { try remove(oldKey) }
-        try replace(key.name, with: try core.encode(new, for: key), in: try live())
+        try replace(key, with: try core.encode(new, for: key), in: try live())
     }
 }

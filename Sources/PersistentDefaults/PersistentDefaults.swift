@@ -106,7 +106,7 @@ public final class PersistentDefaults: Sendable {
     /// let (count, frame) = try store.read { ($0[.launchCount], $0[.frame]) }
     /// ```
     public func read<R>(_ body: (Snapshot) throws -> R) throws -> R {
-        try core.environment.withRead { transaction in
+        try core.environment.withRead(runsUserCode: true) { transaction in
             let snapshot = Snapshot(core: core, transaction: transaction)
             defer { snapshot.invalidate() }
             return try body(snapshot)
@@ -132,8 +132,8 @@ public final class PersistentDefaults: Sendable {
     /// Stores `value` for `key` in its own transaction; durable on return in `.sync` mode.
     public func set<Value>(_ value: Value, for key: Key<Value>) throws {
         try key.validate()
-        let size = try core.encode(value, for: key).count
-        try write(sizeHint: size) { try $0.set(value, for: key) }
+        let encoded = try core.encode(value, for: key)
+        try writeOne(sizeHint: encoded.count) { try $0.set(value, encoded: encoded, for: key) }
     }
 
     /// Stores a key type's value, applying its `shouldRemove` and `shouldOverwrite` hooks.
@@ -143,7 +143,7 @@ public final class PersistentDefaults: Sendable {
 
     /// Removes the key; reads give its default again.
     public func remove(_ key: Keys) throws {
-        try write { try $0.remove(key) }
+        try writeOne(sizeHint: 0) { try $0.remove(key) }
     }
 
     /// Removes a key type's value.
@@ -172,6 +172,15 @@ public final class PersistentDefaults: Sendable {
     /// transaction: if the store must grow its map, `body` runs again.
     public func write<R>(_ body: (WriteTransaction) throws -> R) throws -> R {
         try write(sizeHint: 0, body)
+    }
+
+    /// Writes one key. In `.sync` mode, writes of several threads that wait at once share one
+    /// durable commit (see `GroupCommit`); each still returns only once its write is durable.
+    private func writeOne(sizeHint: Int, _ operation: @escaping @Sendable (WriteTransaction) throws -> Void) throws {
+        guard core.options.durability == .sync else { return try write(sizeHint: sizeHint) { try operation($0) } }
+        if isReadOnly { throw PersistentDefaultsError.readOnly(path: path) }
+        if core.environment.gate.isWritingOnCurrentThread { throw PersistentDefaultsError.nestedWrite }
+        try core.groupCommit.perform(core: core, sizeHint: sizeHint, operation)
     }
 
     private func write<R>(sizeHint: Int, _ body: (WriteTransaction) throws -> R) throws -> R {

@@ -30,6 +30,8 @@ final class StoreCore: Sendable {
     let databases: Databases
     let reporter: ErrorReporter
     private let flusher: Flusher?
+    /// Coalesces concurrent single-key writes in `.sync` mode.
+    let groupCommit = GroupCommit()
     /// The observers of this store in this process.
     let observers = ObserverRegistry()
     /// The Observation-framework trackers of keys read through property wrappers.
@@ -151,13 +153,9 @@ final class StoreCore: Sendable {
         let retention = UInt64(max(options.logRetention, 1))
         if record.sequence > retention {
             let cutoff = record.sequence - retention
-            var expired: [[UInt8]] = []
-            try transaction.forEach(databases.log) { key, _ in
-                guard let number = logSequence(fromKey: key), number <= cutoff else { return false }
-                expired.append(Array(key))
-                return true
+            try transaction.deleteLeading(databases.log) { key in
+                logSequence(fromKey: key).map { $0 <= cutoff } ?? false
             }
-            for key in expired { try key.withUnsafeBytes { _ = try transaction.delete(databases.log, $0) } }
         }
         return record
     }

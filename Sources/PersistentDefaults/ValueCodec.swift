@@ -58,23 +58,25 @@ extension ValueCodec where Value: Codable {
     static func json() -> ValueCodec<Value> {
         ValueCodec(
             encode: { (value) throws(StoredValueError) in
-                let encoder = JSONEncoder()
-                encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
                 do {
-                    return [StoredValue.Tag.json.rawValue] + (try encoder.encode(value))
+                    return [StoredValue.Tag.json.rawValue] + (try JSONCoding.encoder.encode(value))
                 } catch {
                     throw StoredValueError("JSON encoding failed: \(error)")
                 }
             },
             decode: { (bytes) throws(StoredValueError) in
-                let stored = try StoredValue(bytes: bytes)
-                // A primitive written by another tool decodes as its JSON equivalent.
-                let text = stored.jsonText
+                let json: Data
+                if bytes.first == StoredValue.Tag.json.rawValue {
+                    json = Data(bytes[1...])
+                } else {
+                    // A primitive written by another tool decodes as its JSON equivalent.
+                    json = Data(try StoredValue(bytes: bytes).jsonText.utf8)
+                }
                 do {
-                    return try JSONDecoder().decode(Value.self, from: Data(text.utf8))
+                    return try JSONCoding.decoder.decode(Value.self, from: json)
                 } catch {
-                    throw StoredValueError(
-                        "stored \(stored.tag) does not decode as \(Value.self): \(Self.reason(error))")
+                    let tag = StoredValue.Tag(rawValue: bytes[0]).map { "\($0)" } ?? "?"
+                    throw StoredValueError("stored \(tag) does not decode as \(Value.self): \(Self.reason(error))")
                 }
             })
     }
@@ -143,6 +145,17 @@ extension ValueCodec where Value: PrimitiveStorable {
             encode: { (value) throws(StoredValueError) in try value.storedValue().bytes },
             decode: { (bytes) throws(StoredValueError) in try Value(stored: try StoredValue(bytes: bytes)) })
     }
+}
+
+/// The JSON coders, made once: `JSONEncoder` and `JSONDecoder` are Sendable and keep no state
+/// between calls.
+enum JSONCoding {
+    static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }()
+    static let decoder = JSONDecoder()
 }
 
 /// `Optional`, seen through a protocol so that its wrapped type can be reached at run time.

@@ -90,18 +90,22 @@ public final class WriteTransaction {
 
     /// Stores `value` for `key`, applying the key's hooks.
     public func set<Value>(_ value: Value, for key: PersistentDefaults.Key<Value>) throws {
-        let transaction = try live()
         try key.validate()
-        let encoded = try core.encode(value, for: key)
+        try set(value, encoded: try core.encode(value, for: key), for: key)
+    }
+
+    /// Stores `value`, already encoded, applying the key's hooks.
+    func set<Value>(_ value: Value, encoded: [UInt8], for key: PersistentDefaults.Key<Value>) throws {
+        let transaction = try live()
         if key.shouldRemove?(value) == true || (key.removesNil && encoded == [StoredValue.Tag.null.rawValue]) {
-            return try replace(key.name, with: nil, in: transaction)
+            return try replace(key, with: nil, in: transaction)
         }
         if let shouldOverwrite = key.shouldOverwrite, let old = try oldValue(of: key, in: transaction),
             !shouldOverwrite(old, value)
         {
             return
         }
-        try replace(key.name, with: encoded, in: transaction)
+        try replace(key, with: encoded, in: transaction)
     }
 
     /// Stores a key type's value, applying its hooks.
@@ -112,7 +116,7 @@ public final class WriteTransaction {
     /// Removes the key; reads give its default again.
     public func remove(_ key: PersistentDefaults.Keys) throws {
         try key.validate()
-        try replace(key.name, with: nil, in: try live())
+        try replace(key, with: nil, in: try live())
     }
 
     /// Removes a key type's value.
@@ -123,14 +127,16 @@ public final class WriteTransaction {
     /// Removes every stored key.
     public func removeAll() throws {
         let transaction = try live()
-        for name in try core.keyNames(in: transaction) { try replace(name, with: nil, in: transaction) }
+        for name in try core.keyNames(in: transaction) {
+            try replace(PersistentDefaults.Keys(name: name), with: nil, in: transaction)
+        }
     }
 
     /// Stores an untyped value under `name`, as `pdinspect set` does.
     public func setStoredValue(_ value: StoredValue, named name: String) throws {
         let key = PersistentDefaults.Keys(name: name)
         try key.validate()
-        try replace(name, with: value.bytes, in: try live())
+        try replace(key, with: value.bytes, in: try live())
     }
 
     /// The stored value of a key with a hook, decoded; nil when absent or undecodable.
@@ -141,8 +147,8 @@ public final class WriteTransaction {
     }
 
     /// Writes `bytes` (nil removes) unless they equal what the transaction already holds.
-    func replace(_ name: String, with bytes: [UInt8]?, in transaction: Transaction) throws {
-        let nameBytes = Array(name.utf8)
+    func replace(_ key: PersistentDefaults.Keys, with bytes: [UInt8]?, in transaction: Transaction) throws {
+        let (name, nameBytes) = (key.name, key.nameBytes)
         let current: [UInt8]?
         if let entry = touched[name] {
             current = entry.new

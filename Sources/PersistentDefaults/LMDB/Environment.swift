@@ -169,19 +169,27 @@ final class Environment: @unchecked Sendable {
     // MARK: Transactions
 
     /// Runs `body` in a read transaction (a consistent snapshot), ended on every path.
-    func withRead<R>(_ body: (Transaction) throws -> R) throws -> R {
+    ///
+    /// With `runsUserCode` false (the default) the thread is not marked as holding the gate, which
+    /// is only right when `body` cannot start another transaction on this thread: library reads
+    /// and value decoding. Scopes that run the caller's closure pass true.
+    func withRead<R>(runsUserCode: Bool = false, _ body: (Transaction) throws -> R) throws -> R {
         while true {
             do {
-                return try gate.withShared {
-                    try checkOpen()
-                    let transaction = try beginRead()
-                    defer { endRead(transaction) }
-                    return try body(Transaction(handle: transaction, environment: self))
-                }
+                if runsUserCode { return try gate.withShared { try readOnce(body) } }
+                return try gate.withSharedUnmarked { try readOnce(body) }
             } catch RetrySignal.mapResized {
                 try adoptMapSize()
             }
         }
+    }
+
+    @inline(__always)
+    private func readOnce<R>(_ body: (Transaction) throws -> R) throws -> R {
+        try checkOpen()
+        let transaction = try beginRead()
+        defer { endRead(transaction) }
+        return try body(Transaction(handle: transaction, environment: self))
     }
 
     private func beginRead() throws -> TransactionHandle {
@@ -446,6 +454,28 @@ struct Transaction {
         environment.notePut(bytes: 0, code: code)
         try check(code, "mdb_del")
         return true
+    }
+
+    /// Deletes entries from the first one on while `shouldDelete` says so; returns how many.
+    @discardableResult
+    func deleteLeading(_ database: DatabaseHandle, while shouldDelete: (UnsafeRawBufferPointer) -> Bool) throws -> Int {
+        var opened: OpaquePointer?
+        try check(mdb_cursor_open(handle, database, &opened), "mdb_cursor_open")
+        guard let cursor = opened else { return 0 }
+        defer { mdb_cursor_close(cursor) }
+        var deleted = 0
+        var key = MDB_val()
+        var data = MDB_val()
+        while true {
+            let code = mdb_cursor_get(cursor, &key, &data, MDB_FIRST)
+            if code == MDB_NOTFOUND { return deleted }
+            try check(code, "mdb_cursor_get")
+            guard shouldDelete(UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)) else { return deleted }
+            let deleteCode = mdb_cursor_del(cursor, 0)
+            environment.notePut(bytes: 0, code: deleteCode)
+            try check(deleteCode, "mdb_cursor_del")
+            deleted += 1
+        }
     }
 
     /// Deletes every entry of a database, keeping the database.

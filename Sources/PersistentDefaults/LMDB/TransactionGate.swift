@@ -46,7 +46,7 @@ final class TransactionGate: @unchecked Sendable {
     /// Whether the calling thread is inside a write transaction.
     var isWritingOnCurrentThread: Bool { state & 1 == 1 }
 
-    /// Runs `body` with the shared side held.
+    /// Runs `body` with the shared side held, marking the thread as holding it.
     @inline(__always)
     func withShared<R>(_ body: () throws -> R) rethrows -> R {
         pthread_rwlock_rdlock(lock)
@@ -55,6 +55,16 @@ final class TransactionGate: @unchecked Sendable {
             state -= 2
             pthread_rwlock_unlock(lock)
         }
+        return try body()
+    }
+
+    /// Runs `body` with the shared side held, without marking the thread: for short sections
+    /// that run no code which could start a transaction (a single read and its decoding). Saves
+    /// the two thread-local updates, about 10 ns.
+    @inline(__always)
+    func withSharedUnmarked<R>(_ body: () throws -> R) rethrows -> R {
+        pthread_rwlock_rdlock(lock)
+        defer { pthread_rwlock_unlock(lock) }
         return try body()
     }
 
