@@ -4,6 +4,8 @@ enum Command: Equatable {
     case help
     /// Internal: time one UserDefaults open in this child process.
     case userDefaultsOpenChild(suite: String)
+    /// Internal: the child of `observers/delay-cross-process`.
+    case stampChild(path: String, count: Int)
 }
 
 /// Options of a benchmark run.
@@ -36,6 +38,9 @@ private let knownFlags = ["--quick", "--filter", "--json", "--svg", "--help"]
 func parseArguments(_ arguments: [String]) -> Result<Command, ArgumentError> {
     if arguments.count == 2, arguments[0] == childOpenFlag {
         return .success(.userDefaultsOpenChild(suite: arguments[1]))
+    }
+    if arguments.count == 3, arguments[0] == childStampFlag, let count = Int(arguments[2]) {
+        return .success(.stampChild(path: arguments[1], count: count))
     }
     var options = RunOptions()
     var remaining = arguments[...]

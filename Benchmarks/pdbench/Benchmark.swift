@@ -57,21 +57,11 @@ struct PendingCase: Sendable {
 
 /// Every case, in the order they run and print.
 let allCases: [BenchmarkCase] =
-    getCases + setCases + interleavedCases + transactionCases + concurrencyCases + scaleCases + referenceCases
-    + lockReferenceCases
+    getCases + setCases + wrapperCases + interleavedCases + transactionCases + concurrencyCases + observerCases
+    + scaleCases + referenceCases + lockReferenceCases
 
 /// Cases whose API does not exist yet; printed as "not yet available".
-let pendingCases: [PendingCase] = [
-    PendingCase(name: "get/int/property-wrapper", reason: "the property wrapper is a later issue"),
-    PendingCase(name: "get/struct/property-wrapper", reason: "the property wrapper is a later issue"),
-    PendingCase(name: "set/int/property-wrapper", reason: "the property wrapper is a later issue"),
-    PendingCase(name: "set/struct/property-wrapper", reason: "the property wrapper is a later issue"),
-    PendingCase(name: "observers/0", reason: "the observer API is a later issue"),
-    PendingCase(name: "observers/1", reason: "the observer API is a later issue"),
-    PendingCase(name: "observers/10000-other-keys", reason: "the observer API is a later issue"),
-    PendingCase(name: "observers/delay-in-process", reason: "the observer API is a later issue"),
-    PendingCase(name: "observers/delay-cross-process", reason: "the observer API is a later issue"),
-]
+let pendingCases: [PendingCase] = []
 
 /// A 3-field Codable struct, the non-primitive value of the get and set cases.
 struct WindowFrame: Codable, Sendable, Equatable {

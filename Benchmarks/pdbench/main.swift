@@ -63,6 +63,8 @@ case .success(.help):
     exitCode = .success
 case .success(.userDefaultsOpenChild(let suite)):
     exit(runUserDefaultsOpenChild(suite: suite))
+case .success(.stampChild(let path, let count)):
+    exit(runStampChild(path: path, count: count))
 case .success(.run(let options)):
     exitCode = runBenchmarks(options)
 case .failure(let error):

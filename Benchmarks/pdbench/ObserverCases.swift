@@ -1,0 +1,105 @@
+import Foundation
+import PersistentDefaults
+import Synchronization
+
+/// `observers/…`: what observers cost a set, and how long a commit takes to reach a callback.
+let observerCases: [BenchmarkCase] = [
+    BenchmarkCase(name: "observers/0") { [try setWithObservers(0, name: "observers/0", $0)] },
+    BenchmarkCase(name: "observers/1") { [try setWithObservers(1, name: "observers/1", $0)] },
+    BenchmarkCase(name: "observers/10000-other-keys") {
+        [try setWithObservers(10_000, name: "observers/10000-other-keys", $0)]
+    },
+    BenchmarkCase(name: "observers/delay-in-process") { [try delayInProcess($0)] },
+    BenchmarkCase(name: "observers/delay-cross-process") { [try delayCrossProcess($0)] },
+]
+
+/// A bounded-durability `set` of one key while `count` observers watch other keys.
+private func setWithObservers(_ count: Int, name: String, _ context: RunContext) throws -> Measurement {
+    try context.withTemporaryDirectory("observers") { path in
+        var options = PersistentDefaults.Options()
+        options.durability = .bounded(interval: .seconds(1))
+        let store = try PersistentDefaults(path: path, options: options)
+        let tokens = (0..<count).map { index in
+            store.observe(PersistentDefaults.Key<Int>("other\(index)", default: 0)) { _ in }
+        }
+        let key = PersistentDefaults.Key<Int>("key", default: -1)
+        let samples = try measure(.medium(quick: context.quick)) { index in try store.set(index, for: key) }
+        withExtendedLifetime(tokens) {}
+        return Measurement(name, samples: samples, note: "bounded durability; observers on other keys")
+    }
+}
+
+/// Nanoseconds from just before `set` to the key observer's callback, in this process (the
+/// callback runs on the committing thread, after the commit, before `set` returns).
+private func delayInProcess(_ context: RunContext) throws -> Measurement {
+    try context.withTemporaryDirectory("observer-delay") { path in
+        var options = PersistentDefaults.Options()
+        options.durability = .bounded(interval: .seconds(1))
+        let store = try PersistentDefaults(path: path, options: options)
+        let key = PersistentDefaults.Key<Int>("key", default: -1)
+        let started = Atomic<UInt64>(0)
+        let delays = Mutex<[Double]>([])
+        let token = store.observe(key) { _ in
+            let now = monotonicNanoseconds()
+            delays.withLock { $0.append(Double(now - started.load(ordering: .relaxed))) }
+        }
+        for index in 0..<(context.quick ? 300 : 5_000) {
+            started.store(monotonicNanoseconds(), ordering: .relaxed)
+            try store.set(index, for: key)
+        }
+        token.cancel()
+        return Measurement(
+            "observers/delay-in-process", samples: delays.withLock { Array($0.dropFirst(100)) },
+            note: "from the set call to the callback (bounded durability)")
+    }
+}
+
+/// Nanoseconds from a child process's `set` to this process's callback (CLOCK_MONOTONIC is
+/// shared by all processes). The child paces its writes 2 ms apart.
+private func delayCrossProcess(_ context: RunContext) throws -> Measurement {
+    try context.withTemporaryDirectory("observer-delay-cross") { path in
+        let store = try PersistentDefaults(path: path)
+        let key = PersistentDefaults.Key<Int>("stamp", default: 0)
+        store[key] = 0
+        let count = context.quick ? 50 : 500
+        let delays = Mutex<[Double]>([])
+        let allArrived = DispatchSemaphore(value: 0)
+        let token = store.observe(key) { change in
+            let now = monotonicNanoseconds()
+            let arrived = delays.withLock { delays in
+                delays.append(Double(now) - Double(change.newValue))
+                return delays.count
+            }
+            if arrived == count { allArrived.signal() }
+        }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        process.arguments = [childStampFlag, path, String(count)]
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw BenchmarkError.setup("the stamping child failed") }
+        // The last callbacks may still be on their way: wait for them, at most 5 s.
+        _ = allArrived.wait(timeout: .now() + 5)
+        token.cancel()
+        let samples = delays.withLock { $0 }
+        return Measurement(
+            "observers/delay-cross-process", samples: samples,
+            note: "child's set (bounded) to this process's callback; \(samples.count) of \(count) seen")
+    }
+}
+
+/// The hidden argument that makes `pdbench` set a key to the current monotonic time N times.
+let childStampFlag = "--child-stamp"
+
+/// The child of `observers/delay-cross-process`.
+func runStampChild(path: String, count: Int) -> Int32 {
+    var options = PersistentDefaults.Options()
+    options.durability = .bounded(interval: .seconds(1))
+    guard let store = try? PersistentDefaults(path: path, options: options) else { return 1 }
+    let key = PersistentDefaults.Key<Int>("stamp", default: 0)
+    for _ in 0..<count {
+        do { try store.set(Int(monotonicNanoseconds()), for: key) } catch { return 2 }
+        usleep(2_000)  // Pacing, so each commit is delivered on its own.
+    }
+    return 0
+}

@@ -1,0 +1,34 @@
+import Foundation
+import PersistentDefaults
+
+/// `get|set/<int|struct>/property-wrapper`: the `@PersistentDefault` wrapper, per operation.
+let wrapperCases: [BenchmarkCase] = makeWrapperCases(Int.self) + makeWrapperCases(WindowFrame.self)
+
+private func makeWrapperCases<V: BenchmarkValue>(_: V.Type) -> [BenchmarkCase] {
+    let get = "get/\(V.label)/property-wrapper"
+    let set = "set/\(V.label)/property-wrapper"
+    return [
+        BenchmarkCase(name: get) { context in
+            try context.withTemporaryDirectory("wrapper-get") { path in
+                let store = try PersistentDefaults(path: path)
+                let wrapper = PersistentDefault(PersistentDefaults.Key<V>("key", default: V.sample(0)), in: store)
+                wrapper.wrappedValue = V.sample(42)
+                var sum = 0
+                let plan: Plan = V.self == Int.self ? .fast(quick: context.quick) : .medium(quick: context.quick)
+                let samples = measure(plan) { _ in sum &+= wrapper.wrappedValue.checksum }
+                blackHole(sum)
+                return [Measurement(get, samples: samples)]
+            }
+        },
+        BenchmarkCase(name: set) { context in
+            try context.withTemporaryDirectory("wrapper-set") { path in
+                var options = PersistentDefaults.Options()
+                options.durability = .bounded(interval: .seconds(1))
+                let store = try PersistentDefaults(path: path, options: options)
+                let wrapper = PersistentDefault(PersistentDefaults.Key<V>("key", default: V.sample(-1)), in: store)
+                let samples = measure(.medium(quick: context.quick)) { index in wrapper.wrappedValue = V.sample(index) }
+                return [Measurement(set, samples: samples, note: "bounded durability: compare with store-bounded")]
+            }
+        },
+    ]
+}
