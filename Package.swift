@@ -18,10 +18,15 @@ let package = Package(
         ),
         .target(name: "PersistentDefaults", dependencies: ["CLMDB"]),
         .executableTarget(name: "pd-demo", dependencies: ["PersistentDefaults"]),
-        .executableTarget(name: "pd-worker", dependencies: ["PersistentDefaults"]),
+        .target(name: "PDReliability", dependencies: ["PersistentDefaults"]),
+        .executableTarget(name: "pd-worker", dependencies: ["PersistentDefaults", "PDReliability"]),
+        .executableTarget(name: "pd-crash", dependencies: ["PDReliability"]),
+        .executableTarget(name: "pd-fuzz", dependencies: ["PDReliability"]),
         .target(name: "PDInspectCore", dependencies: ["PersistentDefaults"]),
         .executableTarget(name: "pdinspect", dependencies: ["PDInspectCore"]),
-        .testTarget(name: "PersistentDefaultsTests", dependencies: ["PersistentDefaults", "CLMDB", "pd-worker"]),
+        .testTarget(
+            name: "PersistentDefaultsTests",
+            dependencies: ["PersistentDefaults", "PDReliability", "CLMDB", "pd-worker"]),
         .testTarget(name: "pdinspectTests", dependencies: ["PDInspectCore", "PersistentDefaults", "pdinspect"]),
     ],
     swiftLanguageModes: [.v6]
