@@ -323,6 +323,24 @@ struct BadInputReliabilityTests {
         }
     }
 
+    /// A one-character relative path used to trap inside Foundation (`deletingLastPathComponent`).
+    @Test(arguments: ["s", "s/", "settings", "a/b", "./c"])
+    func aRelativeStorePathOpensWithoutCrashing(_ relative: String) throws {
+        try withTemporaryDirectory { directory throws in
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+            let process = Process()
+            process.executableURL = productsDirectory.appendingPathComponent("pd-worker")
+            process.arguments = ["set-int", relative, "answer", "42"]
+            process.currentDirectoryURL = URL(fileURLWithPath: directory)
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            process.waitUntilExit()
+            #expect(process.terminationReason == .exit && process.terminationStatus == 0)
+            let store = try PersistentDefaults(path: directory + "/" + relative)
+            #expect(store[PersistentDefaults.Key<Int>("answer", default: 0)] == 42)
+        }
+    }
+
     @Test func acknowledgementLinesRoundTrip() {
         let entries = [CrashPayload.Entry(index: 3, length: 17), CrashPayload.Entry(index: 15, length: nil)]
         let line = CrashWriter.acknowledgement(number: 12, entries: entries)
