@@ -218,6 +218,26 @@ struct FaultReliabilityTests {
         _ = chmod(path, 0o700)
     }
 
+    /// Opening a store that another process is writing must not mistake the file for a
+    /// truncated one: the meta pages may name pages written after the file size was taken.
+    @Test func checkingAStoreThatAnotherProcessIsGrowingNeverCallsItTruncated() throws {
+        try withTemporaryDirectory { path throws in
+            let writer = try Child(["crash-writer", path, "11"], environment: ["PD_DURABILITY": "bounded"])
+            defer { writer.kill() }
+            #expect(writer.wait(for: "ack 100 "))
+            var failures: [String] = []
+            for _ in 0..<3_000 {
+                do {
+                    try PersistentDefaults.checkStore(at: path)
+                } catch {
+                    failures.append("\(error)")
+                }
+            }
+            #expect(writer.process.isRunning)
+            #expect(failures.isEmpty, "\(failures.count) failures, first: \(failures.first ?? "")")
+        }
+    }
+
     @Test func aFullReaderTableGivesAClearErrorNotAHangAndFreesUp() throws {
         var options = PersistentDefaults.Options()
         options.maxReaders = 4
