@@ -238,6 +238,40 @@ struct FaultReliabilityTests {
         }
     }
 
+    /// Another process grows the map three times while this process keeps writing and reading.
+    @Test func aMapGrownByAnotherProcessWhileThisOneWritesAndReads() throws {
+        try withTemporaryStore { store, path, log throws in
+            let finished = Atomic<Bool>(false)
+            let increments = Counter()
+            let failures = Counter()
+            let done = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                while !finished.load(ordering: .acquiring) {
+                    do {
+                        try store.write { $0[.launchCount] += 1 }
+                        increments.increment()
+                        _ = try store.read { $0[.launchCount] }
+                    } catch {
+                        failures.increment()
+                    }
+                }
+                done.signal()
+            }
+            for (index, size) in [3 << 20, 6 << 20, 12 << 20].enumerated() {
+                let result = try runProduct("pd-worker", ["set-bytes", path, "blob\(index)", "\(size)"])
+                #expect(result.status == 0, "\(result.stderr)")
+            }
+            finished.store(true, ordering: .releasing)
+            #expect(done.wait(timeout: .now() + 10) == .success)
+            #expect(failures.value == 0)
+            #expect(store[.launchCount] == increments.value)
+            #expect(try store.value(for: PersistentDefaults.Key<Data>("blob2", default: Data())).count == 12 << 20)
+            #expect(try store.statistics().mapSize >= 12 << 20)
+            #expect(log.all.isEmpty, "\(log.all)")
+            #expect(try store.verify().isEmpty)
+        }
+    }
+
     @Test func aFullReaderTableGivesAClearErrorNotAHangAndFreesUp() throws {
         var options = PersistentDefaults.Options()
         options.maxReaders = 4
