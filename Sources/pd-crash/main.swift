@@ -156,6 +156,7 @@ func main() -> Int32 {
     var kills = 0
     var round = 0
     var inspections = 0
+    var killsMidStream = 0
     let start = DispatchTime.now()
     print(
         "pd-crash: \(settings.kills) kills, mode \(settings.bounded ? "bounded" : "sync"), seed \(settings.seed), store \(path)"
@@ -165,6 +166,7 @@ func main() -> Int32 {
             round += 1
             let result = try runRound(path: path, settings: settings, round: round, random: &random)
             kills += result.kills
+            killsMidStream += result.reports.filter { !$0.acknowledged.isEmpty }.count
             var problems = result.problems
             problems += checker.check(path: path, writers: result.reports)
             if let failure = try pdinspectCheck(path) { problems.append(failure) } else { inspections += 1 }
@@ -186,6 +188,7 @@ func main() -> Int32 {
     print(
         """
         pd-crash: ok — \(kills) kills survived in \(round) rounds (\(String(format: "%.0f", seconds)) s)
+          kills after the first commit  \(killsMidStream) (the others hit the writer while it started or opened the store)
           acknowledged commits checked  \(checker.acknowledgedChecked)
           commits checked in all        \(checker.commitsChecked) (log replayed against the data after every kill)
           committed but unacknowledged  \(checker.unacknowledgedCommits) (at most one per killed writer is allowed)
