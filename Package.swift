@@ -19,7 +19,10 @@ let package = Package(
         ),
         .target(name: "PersistentDefaults", dependencies: ["CLMDB"]),
         .executableTarget(name: "pd-demo", dependencies: ["PersistentDefaults"]),
-        .executableTarget(name: "pd-worker", dependencies: ["PersistentDefaults"]),
+        .target(name: "PDReliability", dependencies: ["PersistentDefaults"]),
+        .executableTarget(name: "pd-worker", dependencies: ["PersistentDefaults", "PDReliability"]),
+        .executableTarget(name: "pd-crash", dependencies: ["PDReliability"]),
+        .executableTarget(name: "pd-fuzz", dependencies: ["PDReliability"]),
         .target(name: "PDInspectCore", dependencies: ["PersistentDefaults"]),
         .executableTarget(name: "pdinspect", dependencies: ["PDInspectCore"]),
         .systemLibrary(
@@ -33,7 +36,9 @@ let package = Package(
             dependencies: ["PersistentDefaults", "CLMDB", "CSQLite"],
             path: "Benchmarks/pdbench"
         ),
-        .testTarget(name: "PersistentDefaultsTests", dependencies: ["PersistentDefaults", "CLMDB", "pd-worker"]),
+        .testTarget(
+            name: "PersistentDefaultsTests",
+            dependencies: ["PersistentDefaults", "PDReliability", "CLMDB", "pd-worker"]),
         .testTarget(name: "pdinspectTests", dependencies: ["PDInspectCore", "PersistentDefaults", "pdinspect"]),
     ],
     swiftLanguageModes: [.v6]

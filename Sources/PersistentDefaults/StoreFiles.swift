@@ -44,7 +44,7 @@ enum StoreFiles {
 
     /// Creates the directory and its missing parents; the store directory itself gets 0700.
     private static func createDirectory(_ path: String) throws(PersistentDefaultsError) {
-        let parent = (path as NSString).deletingLastPathComponent
+        let parent = parentDirectory(of: path)
         if !parent.isEmpty, parent != path, access(parent, F_OK) != 0 {
             do {
                 try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)
@@ -57,6 +57,16 @@ enum StoreFiles {
         }
         // mkdir applies the umask; the mode must not depend on it.
         guard chmod(path, 0o700) == 0 else { throw .fileSystem(path: path, errno: errno, operation: "chmod") }
+    }
+
+    /// The directory that holds `path`, or "" for a relative path of one component. (Foundation's
+    /// `NSString.deletingLastPathComponent` traps on Linux for a one-character name such as "s"
+    /// or "s/", so it must not see user input.)
+    static func parentDirectory(of path: String) -> String {
+        var trimmed = Substring(path)
+        while trimmed.count > 1, trimmed.hasSuffix("/") { trimmed.removeLast() }
+        guard let slash = trimmed.lastIndex(of: "/") else { return "" }
+        return slash == trimmed.startIndex ? "/" : String(trimmed[..<slash])
     }
 
     /// Gives newly created store files mode 0600 whatever the umask.

@@ -1,4 +1,5 @@
 import Foundation
+import PDReliability
 import PersistentDefaults
 
 // A child process for the tests and tools: writes to a store the way another process would.
@@ -6,10 +7,20 @@ import PersistentDefaults
 //   pd-worker increment DIR KEY COUNT      COUNT read-modify-write increments, each in write { }
 //   pd-worker set-int DIR KEY VALUE        one durable set of an Int
 //   pd-worker set-bytes DIR KEY BYTES      one set of a Data value of BYTES bytes (grows the map)
+//   pd-worker crash-writer DIR SEED        random multi-key transactions until killed, one
+//                                          "ack …" line per commit that returned (see pd-crash)
+//   pd-worker hammer DIR THREADS COUNT     THREADS threads × COUNT increments of "counter", each
+//                                          transaction also setting "mirror" to the same value
+//   pd-worker hold-read DIR                holds a read snapshot, prints "holding", waits to be killed
+//   pd-worker fill DIR LIMIT               under RLIMIT_FSIZE = LIMIT bytes, writes 64 KiB values
+//                                          until a write fails; prints "wrote N" and "error: …"
+//   pd-worker probe-read-only DIR KEY      opens read-only, prints the Int KEY, then tries a write
+//                                          and a writable open; prints what each did
 //
 //   pd-worker observe-idle DIR KEY SECONDS  observe KEY while idle; print the CPU time used
 //
-// PD_LOG_RETENTION in the environment sets the store's log retention.
+// Environment: PD_LOG_RETENTION sets the log retention, PD_DURABILITY=bounded the bounded
+// durability (100 ms), PD_MAX_READERS the reader slots.
 //
 // Exit codes: 0 done, 2 usage, 3 a store error (printed on stderr).
 
@@ -19,37 +30,45 @@ enum ExitCode: Int32 {
     case failure = 3
 }
 
+func options() -> PersistentDefaults.Options {
+    var options = PersistentDefaults.Options()
+    let environment = ProcessInfo.processInfo.environment
+    if let retention = environment["PD_LOG_RETENTION"].flatMap(Int.init) { options.logRetention = retention }
+    if environment["PD_DURABILITY"] == "bounded" { options.durability = .bounded(interval: .milliseconds(100)) }
+    if let readers = environment["PD_MAX_READERS"].flatMap(Int.init) { options.maxReaders = readers }
+    return options
+}
+
+func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+
 func run(_ arguments: [String]) -> ExitCode {
-    guard arguments.count == 4 else {
-        FileHandle.standardError.write(
-            Data("usage: pd-worker increment|set-int|set-bytes|observe-idle DIR KEY N\n".utf8))
-        return .usage
-    }
     do {
-        var options = PersistentDefaults.Options()
-        if let retention = ProcessInfo.processInfo.environment["PD_LOG_RETENTION"].flatMap(Int.init) {
-            options.logRetention = retention
-        }
-        let store = try PersistentDefaults(path: arguments[1], options: options)
-        switch (arguments[0], Int(arguments[3])) {
-        case ("increment", let count?):
-            let key = PersistentDefaults.Key<Int>(arguments[2], default: 0)
-            for _ in 0..<count { try store.write { $0[key] += 1 } }
-        case ("set-int", let value?):
-            try store.set(value, for: PersistentDefaults.Key<Int>(arguments[2], default: 0))
-        case ("set-bytes", let size?):
-            try store.set(
-                Data(repeating: 0xAB, count: size), for: PersistentDefaults.Key<Data>(arguments[2], default: Data()))
-        case ("observe-idle", let seconds?):
-            let token = store.observe(PersistentDefaults.Key<Int>(arguments[2], default: 0)) { _ in }
-            let before = cpuSeconds()
-            // Measuring idle cost: waiting out the interval is the point, not synchronisation.
-            Thread.sleep(forTimeInterval: Double(seconds))
-            let used = cpuSeconds() - before
-            print("cpu \(used) s over \(seconds) s = \(used / Double(seconds) * 100) %")
-            token.cancel()
+        switch (arguments.first, arguments.count) {
+        case ("crash-writer", 3):
+            guard let seed = UInt64(arguments[2]) else { return .usage }
+            // One write(2) per line, unbuffered: a line on the pipe is a commit that returned.
+            try CrashWriter.run(path: arguments[1], seed: seed, options: options()) { number, entries in
+                say(CrashWriter.acknowledgement(number: number, entries: entries))
+            }
+        case ("hammer", 4):
+            guard let threads = Int(arguments[2]), let count = Int(arguments[3]) else { return .usage }
+            try hammer(path: arguments[1], threads: threads, count: count)
+        case ("hold-read", 2):
+            let store = try PersistentDefaults(path: arguments[1], options: options())
+            try store.read { _ in
+                say("holding")
+                while true { pause() }
+            }
+        case ("fill", 3):
+            guard let limit = Int(arguments[2]) else { return .usage }
+            return fill(path: arguments[1], limit: limit)
+        case ("probe-read-only", 3):
+            probeReadOnly(path: arguments[1], key: arguments[2])
+        case (_, 4):
+            return try simple(arguments)
         default:
-            FileHandle.standardError.write(Data("pd-worker: unknown command \(arguments[0])\n".utf8))
+            FileHandle.standardError.write(
+                Data("usage: pd-worker COMMAND DIR … (see the comment in main.swift)\n".utf8))
             return .usage
         }
     } catch {
@@ -65,6 +84,99 @@ func cpuSeconds() -> Double {
     getrusage(RUSAGE_SELF.rawValue, &usage)
     func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
     return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+func simple(_ arguments: [String]) throws -> ExitCode {
+    let store = try PersistentDefaults(path: arguments[1], options: options())
+    switch (arguments[0], Int(arguments[3])) {
+    case ("increment", let count?):
+        let key = PersistentDefaults.Key<Int>(arguments[2], default: 0)
+        for _ in 0..<count { try store.write { $0[key] += 1 } }
+    case ("set-int", let value?):
+        try store.set(value, for: PersistentDefaults.Key<Int>(arguments[2], default: 0))
+    case ("set-bytes", let size?):
+        try store.set(
+            Data(repeating: 0xAB, count: size), for: PersistentDefaults.Key<Data>(arguments[2], default: Data()))
+    case ("observe-idle", let seconds?):
+        let token = store.observe(PersistentDefaults.Key<Int>(arguments[2], default: 0)) { _ in }
+        let before = cpuSeconds()
+        // Measuring idle cost: waiting out the interval is the point, not synchronisation.
+        Thread.sleep(forTimeInterval: Double(seconds))
+        let used = cpuSeconds() - before
+        print("cpu \(used) s over \(seconds) s = \(used / Double(seconds) * 100) %")
+        token.cancel()
+    default:
+        FileHandle.standardError.write(Data("pd-worker: unknown command \(arguments[0])\n".utf8))
+        return .usage
+    }
+    return .ok
+}
+
+func hammer(path: String, threads: Int, count: Int) throws {
+    let store = try PersistentDefaults(path: path, options: options())
+    let counter = PersistentDefaults.Key<Int>("counter", default: 0)
+    let mirror = PersistentDefaults.Key<Int>("mirror", default: 0)
+    let failures = DispatchQueue(label: "failures")
+    nonisolated(unsafe) var failure: (any Error)?
+    DispatchQueue.concurrentPerform(iterations: threads) { _ in
+        do {
+            for _ in 0..<count {
+                try store.write { transaction in
+                    let next = transaction[counter] + 1
+                    transaction[counter] = next
+                    transaction[mirror] = next
+                }
+            }
+        } catch {
+            failures.sync { failure = error }
+        }
+    }
+    if let failure { throw failure }
+}
+
+func fill(path: String, limit: Int) -> ExitCode {
+    // Past the limit, write(2) fails with EFBIG instead of the process getting SIGXFSZ.
+    signal(SIGXFSZ, SIG_IGN)
+    var written = 0
+    do {
+        let store = try PersistentDefaults(path: path, options: options())
+        var bound = rlimit(rlim_cur: rlim_t(limit), rlim_max: rlim_t(limit))
+        guard setrlimit(Int32(RLIMIT_FSIZE.rawValue), &bound) == 0 else { return .failure }
+        while true {
+            try store.set(
+                Data(repeating: UInt8(truncatingIfNeeded: written), count: 64 << 10),
+                for: PersistentDefaults.Key<Data>("blob.\(written)", default: Data()))
+            written += 1
+        }
+    } catch {
+        say("wrote \(written)")
+        say("error: \(error)")
+        let code = (error as? PersistentDefaultsError)?.code?.rawValue
+        return code == EFBIG || code == ENOSPC ? .ok : .failure
+    }
+}
+
+func probeReadOnly(path: String, key: String) {
+    var readOnly = options()
+    readOnly.readOnly = true
+    do {
+        let store = try PersistentDefaults(path: path, options: readOnly)
+        say("read: \(try store.value(for: PersistentDefaults.Key<Int>(key, default: -1)))")
+        do {
+            try store.set(1, for: PersistentDefaults.Key<Int>(key, default: -1))
+            say("write: succeeded")
+        } catch {
+            say("write: \(error)")
+        }
+    } catch {
+        say("read-only open: \(error)")
+    }
+    do {
+        _ = try PersistentDefaults(path: path, options: options())
+        say("writable open: succeeded")
+    } catch {
+        say("writable open: \(error)")
+    }
 }
 
 exit(run(Array(CommandLine.arguments.dropFirst())).rawValue)

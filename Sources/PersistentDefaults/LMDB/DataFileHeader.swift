@@ -33,7 +33,11 @@ enum DataFileHeader {
         var bytes = [UInt8](repeating: 0, count: count)
         let read = bytes.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, count, 0) }
         guard read >= 0 else { throw .fileSystem(path: path, errno: errno, operation: "read") }
-        if let problem = problem(header: Array(bytes.prefix(read)), fileSize: size) {
+        // The size is taken again after the read: another process may have committed since the
+        // caller's stat, and LMDB writes a commit's pages before the meta page that names them.
+        var current = stat()
+        let fileSize = fstat(descriptor, &current) == 0 ? max(size, Int(current.st_size)) : size
+        if let problem = problem(header: Array(bytes.prefix(read)), fileSize: fileSize) {
             throw .notAStore(path: store, reason: problem)
         }
     }

@@ -271,11 +271,15 @@ final class Environment: @unchecked Sendable {
             mdb_txn_abort(transaction)
             throw RetrySignal.mapFull
         }
+        // Read before the commit: it releases LMDB's writer mutex, and the next writer resets it.
+        let touched = writeTouched
+        let bytes = writeBytes
         // lmdb.h: the transaction handle is freed by mdb_txn_commit whether it succeeds or not.
         let commitCode = mdb_txn_commit(transaction)
         if commitCode == MDB_MAP_FULL { throw RetrySignal.mapFull }
+        if commitCode == EIO, let explained = diagnoseShortWrite(transactionBytes: bytes) { throw explained }
         try check(commitCode, "mdb_txn_commit")
-        if writeTouched { localCommits.add(1, ordering: .relaxed) }
+        if touched { localCommits.add(1, ordering: .relaxed) }
         return result
     }
 

@@ -1,0 +1,407 @@
+import Foundation
+import PDReliability
+import PersistentDefaults
+import Synchronization
+import Testing
+
+/// A child process whose standard output is collected as it arrives, so that a test can wait
+/// for a line with a timeout instead of sleeping.
+private final class Child: Sendable {
+    let process: Process
+    private let output = Mutex(Data())
+    private let arrived = DispatchSemaphore(value: 0)
+
+    init(_ arguments: [String], environment: [String: String] = [:]) throws {
+        process = Process()
+        process.executableURL = productsDirectory.appendingPathComponent("pd-worker")
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        pipe.fileHandleForReading.readabilityHandler = { [weak self] handle in
+            let data = handle.availableData
+            if data.isEmpty { handle.readabilityHandler = nil }
+            self?.output.withLock { $0.append(data) }
+            self?.arrived.signal()
+        }
+        try process.run()
+    }
+
+    var text: String { output.withLock { String(decoding: $0, as: UTF8.self) } }
+
+    /// Waits until the output contains `needle`; false after `timeout` seconds without.
+    func wait(for needle: String, timeout: Double = 20) -> Bool {
+        let deadline = DispatchTime.now() + timeout
+        while !text.contains(needle) {
+            guard process.isRunning || arrived.wait(timeout: .now()) == .success else { return text.contains(needle) }
+            if arrived.wait(timeout: deadline) == .timedOut { return text.contains(needle) }
+        }
+        return true
+    }
+
+    func kill() {
+        _ = Glibc.kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+}
+
+/// Whether this process may mount a tmpfs (root with CAP_SYS_ADMIN), tried once.
+private let canMountTmpfs: Bool = {
+    guard geteuid() == 0 else { return false }
+    let probe = FileManager.default.temporaryDirectory.appendingPathComponent("pd-probe-\(UUID().uuidString)").path
+    defer { try? FileManager.default.removeItem(atPath: probe) }
+    guard (try? FileManager.default.createDirectory(atPath: probe, withIntermediateDirectories: false)) != nil,
+        (try? command("/bin/mount", ["-t", "tmpfs", "-o", "size=64k", "tmpfs", probe])) == 0
+    else { return false }
+    _ = try? command("/bin/umount", [probe])
+    return true
+}()
+
+@discardableResult
+private func command(_ path: String, _ arguments: [String]) throws -> Int32 {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    process.standardError = FileHandle.nullDevice
+    try process.run()
+    process.waitUntilExit()
+    return process.terminationStatus
+}
+
+@Suite("Reliability: concurrency")
+struct ConcurrencyReliabilityTests {
+    /// 4 processes × 4 threads × 500 transactional increments, with readers in this process
+    /// checking that the two keys each transaction sets are never seen apart. The workers use
+    /// `.bounded` durability to keep the test short; it changes when pages reach the disk, not
+    /// how writers are serialised.
+    @Test func fourProcessesOfFourThreadsEndAtExactly8000AndReadersSeeNoTornUpdate() async throws {
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            let counter = PersistentDefaults.Key<Int>("counter", default: 0)
+            let mirror = PersistentDefaults.Key<Int>("mirror", default: 0)
+            let finished = Atomic<Bool>(false)
+            let reads = Counter()
+            let torn = Counter()
+            let readerDone = DispatchSemaphore(value: 0)
+            DispatchQueue.global().async {
+                while !finished.load(ordering: .acquiring) {
+                    let pair = try? store.read { ($0[counter], $0[mirror]) }
+                    if let pair, pair.0 != pair.1 { torn.increment() }
+                    reads.increment()
+                }
+                readerDone.signal()
+            }
+            let workers = (0..<4).map { _ in
+                Task.detached {
+                    try runProduct(
+                        "pd-worker", ["hammer", path, "4", "500"], environment: ["PD_DURABILITY": "bounded"])
+                }
+            }
+            var results: [(status: Int32, stderr: String)] = []
+            for worker in workers { results.append(try await worker.value) }
+            finished.store(true, ordering: .releasing)
+            #expect(readerDone.wait(timeout: .now() + 10) == .success)
+            #expect(results.map(\.status) == [0, 0, 0, 0], "\(results.map(\.stderr))")
+            #expect(try store.read { [$0[counter], $0[mirror]] } == [8_000, 8_000])
+            #expect(try store.lastSequence() == 8_000)
+            #expect(torn.value == 0)
+            #expect(reads.value > 0)
+            #expect(try store.verify().isEmpty)
+        }
+    }
+}
+
+@Suite("Reliability: faults")
+struct FaultReliabilityTests {
+    @Test(.enabled(if: canMountTmpfs, "mounting a 1 MiB tmpfs needs root with CAP_SYS_ADMIN"))
+    func aFullDiskGivesAClearErrorKeepsEarlierDataAndWritesWorkOnceSpaceIsFreed() throws {
+        try withTemporaryDirectory { mount throws in
+            try FileManager.default.createDirectory(atPath: mount, withIntermediateDirectories: false)
+            #expect(try command("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", mount]) == 0)
+            defer { _ = try? command("/bin/umount", [mount]) }
+            let filler = mount + "/filler"
+            try Data(repeating: 0, count: 512 << 10).write(to: URL(fileURLWithPath: filler))
+            let path = mount + "/store"
+            let blob = { (index: Int) in PersistentDefaults.Key<Data>("blob.\(index)", default: Data()) }
+            var written = 0
+            do {
+                let store = try PersistentDefaults(path: path)
+                store[.launchCount] = 42
+                var failure: (any Error)?
+                while failure == nil, written < 100 {
+                    do {
+                        try store.set(Data(repeating: UInt8(written), count: 64 << 10), for: blob(written))
+                        written += 1
+                    } catch {
+                        failure = error
+                    }
+                }
+                let error = try #require(failure as? PersistentDefaultsError)
+                #expect(error.code?.rawValue == ENOSPC, "\(error)")
+                #expect(error.description.contains("the file system is full"), "\(error)")
+                #expect(written >= 1)
+                // Earlier data intact, in this process and after the failed commit.
+                #expect(store[.launchCount] == 42)
+                #expect(try store.value(for: blob(written - 1)) == Data(repeating: UInt8(written - 1), count: 64 << 10))
+                #expect(try store.verify().isEmpty)
+                #expect(try store.lastSequence() == UInt64(written + 1))
+                // Space freed: the same handle writes again.
+                try FileManager.default.removeItem(atPath: filler)
+                try store.set(Data(repeating: 0xEE, count: 64 << 10), for: blob(written))
+            }
+            let reopened = try PersistentDefaults(path: path)
+            #expect(reopened[.launchCount] == 42)
+            #expect(try reopened.value(for: blob(written)).first == 0xEE)
+            #expect(try reopened.verify().isEmpty)
+        }
+    }
+
+    @Test func aFileSizeLimitGivesAClearErrorAndEarlierDataSurvives() throws {
+        try withTemporaryDirectory { path throws in
+            let child = try Child(["fill", path, "\(512 << 10)"])
+            child.process.waitUntilExit()
+            #expect(child.wait(for: "error:"))
+            #expect(child.process.terminationStatus == 0, "\(child.text)")
+            #expect(child.text.contains("File too large"), "\(child.text)")
+            let written = try #require(
+                child.text.split(separator: "\n").first { $0.hasPrefix("wrote ") }.flatMap { Int($0.dropFirst(6)) })
+            #expect(written >= 1)
+            let store = try PersistentDefaults(path: path)
+            #expect(try store.verify().isEmpty)
+            #expect(try store.lastSequence() == UInt64(written))
+            for index in 0..<written {
+                let key = PersistentDefaults.Key<Data>("blob.\(index)", default: Data())
+                #expect(try store.value(for: key) == Data(repeating: UInt8(index), count: 64 << 10))
+            }
+            // Without the limit, writing works again.
+            try store.set(
+                Data(repeating: 1, count: 64 << 10), for: PersistentDefaults.Key<Data>("after", default: Data()))
+            #expect(try store.verify().isEmpty)
+        }
+    }
+
+    @Test(
+        .enabled(
+            if: geteuid() == 0 && FileManager.default.fileExists(atPath: "/usr/bin/setpriv"),
+            "needs root to switch to user nobody, since root ignores file permissions"))
+    func aReadOnlyDirectoryOfAnotherUserReadsAndRefusesWritesClearly() throws {
+        let path = "/tmp/pd-readonly-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        do {
+            let store = try PersistentDefaults(path: path)
+            try store.set(7, for: PersistentDefaults.Key<Int>("answer", default: 0))
+        }
+        // The worker must be reachable by nobody: copy it next to the store's parent.
+        let worker = "/tmp/pd-worker-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: worker) }
+        try FileManager.default.copyItem(
+            atPath: productsDirectory.appendingPathComponent("pd-worker").path, toPath: worker)
+        #expect(try command("/bin/chown", ["-R", "65534:65534", path]) == 0)
+        #expect(
+            chmod(path + "/data.mdb", 0o400) == 0 && chmod(path + "/lock.mdb", 0o400) == 0 && chmod(path, 0o500) == 0)
+        let before = fileBytes(path + "/data.mdb")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        process.arguments = [
+            "--reuid=65534", "--regid=65534", "--clear-groups", worker, "probe-read-only", path, "answer",
+        ]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(output.contains("read: 7"), "\(output)")
+        #expect(output.contains("write: store \(path) is open read-only; writes are refused"), "\(output)")
+        #expect(output.contains("writable open: ") && output.contains("Permission denied"), "\(output)")
+        #expect(fileBytes(path + "/data.mdb") == before)
+        _ = chmod(path, 0o700)
+    }
+
+    /// Opening a store that another process is writing must not mistake the file for a
+    /// truncated one: the meta pages may name pages written after the file size was taken.
+    @Test func checkingAStoreThatAnotherProcessIsGrowingNeverCallsItTruncated() throws {
+        try withTemporaryDirectory { path throws in
+            let writer = try Child(["crash-writer", path, "11"], environment: ["PD_DURABILITY": "bounded"])
+            defer { writer.kill() }
+            #expect(writer.wait(for: "ack 100 "))
+            var failures: [String] = []
+            for _ in 0..<3_000 {
+                do {
+                    try PersistentDefaults.checkStore(at: path)
+                } catch {
+                    failures.append("\(error)")
+                }
+            }
+            #expect(writer.process.isRunning)
+            #expect(failures.isEmpty, "\(failures.count) failures, first: \(failures.first ?? "")")
+        }
+    }
+
+    /// Another process grows the map three times while this process keeps writing and reading.
+    @Test func aMapGrownByAnotherProcessWhileThisOneWritesAndReads() throws {
+        try withTemporaryStore { store, path, log throws in
+            let finished = Atomic<Bool>(false)
+            let increments = Counter()
+            let failures = Counter()
+            let done = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                while !finished.load(ordering: .acquiring) {
+                    do {
+                        try store.write { $0[.launchCount] += 1 }
+                        increments.increment()
+                        _ = try store.read { $0[.launchCount] }
+                    } catch {
+                        failures.increment()
+                    }
+                }
+                done.signal()
+            }
+            for (index, size) in [3 << 20, 6 << 20, 12 << 20].enumerated() {
+                let result = try runProduct("pd-worker", ["set-bytes", path, "blob\(index)", "\(size)"])
+                #expect(result.status == 0, "\(result.stderr)")
+            }
+            finished.store(true, ordering: .releasing)
+            #expect(done.wait(timeout: .now() + 10) == .success)
+            #expect(failures.value == 0)
+            #expect(store[.launchCount] == increments.value)
+            #expect(try store.value(for: PersistentDefaults.Key<Data>("blob2", default: Data())).count == 12 << 20)
+            #expect(try store.statistics().mapSize >= 12 << 20)
+            #expect(log.all.isEmpty, "\(log.all)")
+            #expect(try store.verify().isEmpty)
+        }
+    }
+
+    @Test func aFullReaderTableGivesAClearErrorNotAHangAndFreesUp() throws {
+        var options = PersistentDefaults.Options()
+        options.maxReaders = 4
+        try withTemporaryStore(options: options) { store, _, _ throws in
+            store[.launchCount] = 1
+            let entered = DispatchSemaphore(value: 0)
+            let release = DispatchSemaphore(value: 0)
+            let holdersDone = DispatchGroup()
+            for _ in 0..<4 {
+                // Threads of their own: blocked holders must not starve Dispatch's small pool.
+                holdersDone.enter()
+                Thread.detachNewThread {
+                    _ = try? store.read { _ in
+                        entered.signal()
+                        release.wait()
+                    }
+                    holdersDone.leave()
+                }
+            }
+            for _ in 0..<4 { #expect(entered.wait(timeout: .now() + 10) == .success) }
+            #expect {
+                try store.read { $0[.launchCount] }
+            } throws: { error in
+                (error as? PersistentDefaultsError)?.code == .readersFull
+            }
+            for _ in 0..<4 { release.signal() }
+            #expect(holdersDone.wait(timeout: .now() + 10) == .success)
+            #expect(try store.read { $0[.launchCount] } == 1)
+        }
+    }
+
+    @Test func readerSlotsOfKilledProcessesAreReclaimedAtOpen() throws {
+        try withTemporaryDirectory { path throws in
+            var options = PersistentDefaults.Options()
+            options.maxReaders = 5
+            do { try PersistentDefaults(path: path, options: options).set(3, for: .launchCount) }
+            let environment = ["PD_MAX_READERS": "5"]
+            // A live process keeps the lock file in use, so that LMDB does not reset the table.
+            let keeper = try Child(["hold-read", path], environment: environment)
+            defer { keeper.kill() }
+            #expect(keeper.wait(for: "holding"))
+            let victims = try (0..<4).map { _ in try Child(["hold-read", path], environment: environment) }
+            for victim in victims { #expect(victim.wait(for: "holding")) }
+            for victim in victims { victim.kill() }
+            // Every slot is now taken: one live reader and four dead ones.
+            let store = try PersistentDefaults(path: path, options: options)
+            #expect(try store.read { $0[.launchCount] } == 3)
+            let table = store.readerTable()
+            #expect(table.contains(" \(keeper.process.processIdentifier) "), "\(table)")
+            for victim in victims { #expect(!table.contains(" \(victim.process.processIdentifier) "), "\(table)") }
+            #expect(try store.clearStaleReaders() == 0)
+        }
+    }
+}
+
+@Suite("Reliability: bad input and the crash checker")
+struct BadInputReliabilityTests {
+    @Test func aHundredThousandRandomAndMutatedInputsNeverCrashTheDecoders() {
+        let figures = DecoderFuzzer.run(seed: 7, inputs: 100_000)
+        #expect(figures.inputs == 100_000)
+        #expect(figures.problems.isEmpty, "\(figures.problems)")
+        #expect(figures.valuesDecoded > 0 && figures.valuesRefused > 0)
+        #expect(figures.recordsDecoded > 0 && figures.recordsRefused > 0)
+    }
+
+    @Test func theRecordDecoderReadsTheDocumentedFormatAndRefusesATruncatedRecord() throws {
+        // Record format 1 as the README gives it: one change setting "k" to the Int 3.
+        let value: [UInt8] = [0x02, 0, 0, 0, 0, 0, 0, 0, 3]
+        let bytes: [UInt8] =
+            [1] + [0, 0, 0, 0, 0, 0, 0, 1] + [0, 0, 0, 42] + [0, 0, 0, 1] + [0, 1, 0x6B] + [1, 0, 0, 0, 9] + value
+        let record = try CommitRecord.decode(sequence: 5, encoded: bytes)
+        #expect(record.sequence == 5 && record.processID == 42)
+        #expect(record.changes == [CommitRecord.Change(key: "k", encodedValue: value)])
+        #expect(throws: PersistentDefaultsError.self) {
+            try CommitRecord.decode(sequence: 5, encoded: bytes.dropLast())
+        }
+    }
+
+    @Test func theCrashCheckerPassesAnHonestStoreAndCatchesALostOrTornCommit() throws {
+        try withTemporaryDirectory { path throws in
+            let acknowledged = Mutex<[(number: UInt64, entries: [CrashPayload.Entry])]>([])
+            try CrashWriter.run(path: path, seed: 9, options: .init(), limit: 40) { number, entries in
+                acknowledged.withLock { $0.append((number, entries)) }
+            }
+            let report = WriterReport(processID: getpid(), acknowledged: acknowledged.withLock { $0 })
+            #expect(report.acknowledged.map(\.number) == Array(1...40))
+            var honest = CrashChecker()
+            #expect(honest.check(path: path, writers: [report]) == [])
+            #expect(honest.acknowledgedChecked == 40)
+
+            var lost = report
+            lost.acknowledged.append((41, [CrashPayload.Entry(index: 0, length: 1)]))
+            var checker = CrashChecker()
+            #expect(checker.check(path: path, writers: [lost]).contains { $0.contains("#41 is missing") })
+
+            // Half a transaction: one key gets another transaction's value, outside the protocol.
+            let store = try PersistentDefaults(path: path)
+            try store.set(
+                CrashPayload.value(number: 99, length: 3),
+                for: PersistentDefaults.Key<Data>(CrashPayload.keyName(0), default: Data()))
+            var torn = CrashChecker()
+            #expect(!torn.check(path: path, writers: [report]).isEmpty)
+        }
+    }
+
+    /// A one-character relative path used to trap inside Foundation (`deletingLastPathComponent`).
+    @Test(arguments: ["s", "s/", "settings", "a/b", "./c"])
+    func aRelativeStorePathOpensWithoutCrashing(_ relative: String) throws {
+        try withTemporaryDirectory { directory throws in
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+            let process = Process()
+            process.executableURL = productsDirectory.appendingPathComponent("pd-worker")
+            process.arguments = ["set-int", relative, "answer", "42"]
+            process.currentDirectoryURL = URL(fileURLWithPath: directory)
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            process.waitUntilExit()
+            #expect(process.terminationReason == .exit && process.terminationStatus == 0)
+            let store = try PersistentDefaults(path: directory + "/" + relative)
+            #expect(store[PersistentDefaults.Key<Int>("answer", default: 0)] == 42)
+        }
+    }
+
+    @Test func acknowledgementLinesRoundTrip() {
+        let entries = [CrashPayload.Entry(index: 3, length: 17), CrashPayload.Entry(index: 15, length: nil)]
+        let line = CrashWriter.acknowledgement(number: 12, entries: entries)
+        #expect(line == "ack 12 3:17,15:-")
+        #expect(CrashWriter.parseAcknowledgement(line[...])?.entries == entries)
+        #expect(CrashWriter.parseAcknowledgement("ack 12 3:1") != nil)
+        #expect(CrashWriter.parseAcknowledgement("ack 12 3:") == nil)
+        #expect(CrashWriter.parseAcknowledgement("ack 12 16:1") == nil)
+    }
+}
