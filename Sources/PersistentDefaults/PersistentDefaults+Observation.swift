@@ -12,8 +12,7 @@ extension PersistentDefaults {
     ///
     /// - Never for a transaction that aborted or threw, never for a write that left the value as
     ///   it was, and once per transaction however often the key was written in it.
-    /// - In commit order, also for commits made by other processes (noticed through inotify on
-    ///   `data.mdb`, with a 25 ms poll as a safety net).
+    /// - In commit order, also for commits made by other processes (noticed within 15 ms).
     /// - Without `queue`, the callback runs on the committing thread before `set`/`write`
     ///   returns (for other processes' commits: on the store's watcher thread). With `queue`, it
     ///   is dispatched there asynchronously, in order for a serial queue.

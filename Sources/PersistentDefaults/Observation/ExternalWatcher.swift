@@ -9,20 +9,21 @@ import Synchronization
 
 /// Notices commits made by other processes while a store has observers.
 ///
-/// A thread waits in `poll` on an inotify watch of `data.mdb` (LMDB writes pages and the meta
-/// page with `pwrite`, so every commit of any process wakes it), with a 25 ms timeout as a safety
-/// net for writers that write through a shared map (`MDB_WRITEMAP`) and for file systems without
-/// inotify (then it checks every 10 ms). A check reads LMDB's last transaction ID from the meta
-/// page (a memory read); when it moved, it reads the snapshot's transaction ID and newest log
-/// sequence and has the registry deliver what is new. Transactions that neither this process nor
-/// the log account for were made by a client that bypasses the log; then the observed keys are
-/// compared with the store. Idle, it costs about 40 wake-ups a second.
+/// A thread checks every 15 ms: it reads LMDB's last transaction ID from the shared meta page (a
+/// memory read, no system call); when the ID moved, it reads the snapshot's transaction ID and
+/// newest log sequence and has the registry deliver what is new. Transactions that neither this
+/// process nor the log account for were made by a client that bypasses the log; then the
+/// observed keys are compared with the store.
+///
+/// Why a poll and not inotify: with an inotify watch on `data.mdb`, every `pwrite` of every
+/// writer pays for a notification event; measured here, that made a set 1.4× slower for the
+/// writing process as soon as one observer existed, against 1.06× with the poll. The poll costs
+/// about 0.4 % of a core while idle and delivers another process's commit within 15 ms.
 ///
 /// `@unchecked Sendable`: the counters are touched only on the watcher's thread; the file
 /// descriptors are set up in `init` and closed by that thread when it ends.
 final class ExternalWatcher: @unchecked Sendable {
     private weak var core: StoreCore?
-    private let inotify: Int32
     private let wake: (read: Int32, write: Int32)
     private let finished = DispatchSemaphore(value: 0)
     private let threadID = Mutex<pthread_t?>(nil)
@@ -43,12 +44,6 @@ final class ExternalWatcher: @unchecked Sendable {
         var descriptors: [Int32] = [-1, -1]
         if pipe(&descriptors) != 0 { descriptors = [-1, -1] }  // Without it, stop() cannot wake the thread early.
         wake = (descriptors[0], descriptors[1])
-        var watch = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
-        if watch >= 0, inotify_add_watch(watch, core.path + "/" + StoreFiles.dataFile, UInt32(IN_MODIFY)) < 0 {
-            close(watch)
-            watch = -1
-        }
-        inotify = watch
         let thread = Thread { [self] in run() }
         thread.name = "PersistentDefaults.watch"
         thread.start()
@@ -56,23 +51,20 @@ final class ExternalWatcher: @unchecked Sendable {
 
     private func run() {
         threadID.withLock { $0 = pthread_self() }
-        var descriptors = [pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)]
-        if inotify >= 0 { descriptors.append(pollfd(fd: inotify, events: Int16(POLLIN), revents: 0)) }
-        let idleTimeout: Int32 = inotify >= 0 ? 25 : 10
-        var timeout = idleTimeout
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let ready = poll(&descriptors, nfds_t(descriptors.count), timeout)
-            if isStopping.load(ordering: .acquiring) || (ready > 0 && descriptors[0].revents != 0) { break }
-            if ready > 0, descriptors.count > 1, descriptors[1].revents != 0 {
-                // Drain the events; one check covers them all.
-                while read(inotify, &buffer, buffer.count) > 0 {}
-            }
-            timeout = check() ? idleTimeout : 1
+        var wakeUp = pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)
+        var timeout = Self.interval
+        while !isStopping.load(ordering: .acquiring) {
+            // Waits out the interval; stop() ends the wait early through the pipe.
+            _ = poll(&wakeUp, 1, timeout)
+            if isStopping.load(ordering: .acquiring) { break }
+            timeout = check() ? Self.interval : 1
         }
-        for descriptor in [inotify, wake.read, wake.write] where descriptor >= 0 { close(descriptor) }
+        for descriptor in [wake.read, wake.write] where descriptor >= 0 { close(descriptor) }
         finished.signal()
     }
+
+    /// Milliseconds between checks.
+    static let interval: Int32 = 15
 
     /// Delivers what other processes committed; returns false when LMDB's meta page shows a
     /// commit that a new snapshot does not see yet, so that the caller checks again soon.
