@@ -65,7 +65,7 @@ public final class PersistentDefaults: Sendable {
     public subscript<Value>(key: Key<Value>) -> Value {
         get {
             do {
-                return try core.environment.withRead { core.valueOrDefault(key, in: $0) }
+                return try value(for: key)
             } catch {
                 core.reporter.reportOnce(error)
                 return key.defaultValue
