@@ -245,11 +245,5 @@ private let queueKey = DispatchSpecificKey<Bool>()
 
 /// Runs a Python script; returns its exit status.
 func runPython(_ script: String, _ arguments: String...) throws -> Int32 {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = ["python3", "-c", script] + arguments
-    process.standardError = FileHandle.nullDevice
-    try process.run()
-    process.waitUntilExit()
-    return process.terminationStatus
+    try runProcess(URL(fileURLWithPath: "/usr/bin/env"), ["python3", "-c", script] + arguments).status
 }

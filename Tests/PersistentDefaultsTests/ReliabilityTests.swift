@@ -59,13 +59,7 @@ private let canMountTmpfs: Bool = {
 
 @discardableResult
 private func command(_ path: String, _ arguments: [String]) throws -> Int32 {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: path)
-    process.arguments = arguments
-    process.standardError = FileHandle.nullDevice
-    try process.run()
-    process.waitUntilExit()
-    return process.terminationStatus
+    try runProcess(URL(fileURLWithPath: path), arguments).status
 }
 
 @Suite("Reliability: concurrency")
@@ -200,17 +194,10 @@ struct FaultReliabilityTests {
         #expect(
             chmod(path + "/data.mdb", 0o400) == 0 && chmod(path + "/lock.mdb", 0o400) == 0 && chmod(path, 0o500) == 0)
         let before = fileBytes(path + "/data.mdb")
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-        process.arguments = [
-            "--reuid=65534", "--regid=65534", "--clear-groups", worker, "probe-read-only", path, "answer",
-        ]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
+        let output = try runProcess(
+            URL(fileURLWithPath: "/usr/bin/setpriv"),
+            ["--reuid=65534", "--regid=65534", "--clear-groups", worker, "probe-read-only", path, "answer"]
+        ).output
         #expect(output.contains("read: 7"), "\(output)")
         #expect(output.contains("write: store \(path) is open read-only; writes are refused"), "\(output)")
         #expect(output.contains("writable open: ") && output.contains("Permission denied"), "\(output)")
@@ -382,14 +369,10 @@ struct BadInputReliabilityTests {
     func aRelativeStorePathOpensWithoutCrashing(_ relative: String) throws {
         try withTemporaryDirectory { directory throws in
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
-            let process = Process()
-            process.executableURL = productsDirectory.appendingPathComponent("pd-worker")
-            process.arguments = ["set-int", relative, "answer", "42"]
-            process.currentDirectoryURL = URL(fileURLWithPath: directory)
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            process.waitUntilExit()
-            #expect(process.terminationReason == .exit && process.terminationStatus == 0)
+            let result = try runProcess(
+                productsDirectory.appendingPathComponent("pd-worker"), ["set-int", relative, "answer", "42"],
+                directory: directory)
+            #expect(result.exitedNormally && result.status == 0, "\(result.output)")
             let store = try PersistentDefaults(path: directory + "/" + relative)
             #expect(store[PersistentDefaults.Key<Int>("answer", default: 0)] == 42)
         }

@@ -37,21 +37,41 @@ final class ErrorLog: Sendable {
     var all: [PersistentDefaultsError] { errors.withLock { $0 } }
 }
 
-/// Runs an executable built next to the test bundle; returns exit status and standard error.
+/// How a child process ended and what it wrote (standard output and error together).
+struct ProcessResult {
+    var status: Int32
+    var exitedNormally: Bool
+    var output: String
+}
+
+/// Runs `executable` to its end, in `directory` when given, with `environment` added.
+@discardableResult
+func runProcess(
+    _ executable: URL, _ arguments: [String], environment: [String: String] = [:], directory: String? = nil
+) throws -> ProcessResult {
+    let process = Process()
+    process.executableURL = executable
+    process.arguments = arguments
+    process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+    if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    process.standardError = pipe
+    try process.run()
+    let output = pipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return ProcessResult(
+        status: process.terminationStatus, exitedNormally: process.terminationReason == .exit,
+        output: String(decoding: output, as: UTF8.self))
+}
+
+/// Runs an executable built next to the test bundle; returns exit status and its output.
 @discardableResult
 func runProduct(
     _ name: String, _ arguments: [String], environment: [String: String] = [:]
 ) throws -> (status: Int32, stderr: String) {
-    let process = Process()
-    process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-    process.executableURL = productsDirectory.appendingPathComponent(name)
-    process.arguments = arguments
-    let errorPipe = Pipe()
-    process.standardError = errorPipe
-    try process.run()
-    let stderr = errorPipe.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: stderr, as: UTF8.self))
+    let result = try runProcess(productsDirectory.appendingPathComponent(name), arguments, environment: environment)
+    return (result.status, result.output)
 }
 
 /// The build products directory: where the test bundle and the executables are.
