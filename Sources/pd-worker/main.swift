@@ -11,6 +11,9 @@ import PersistentDefaults
 //                                          "ack …" line per commit that returned (see pd-crash)
 //   pd-worker hammer DIR THREADS COUNT     THREADS threads × COUNT increments of "counter", each
 //                                          transaction also setting "mirror" to the same value
+//   pd-worker set-loop DIR THREADS         THREADS threads each setting its own key "k<thread>" to
+//                                          1, 2, 3, … with durable sets (group commit) until
+//                                          killed; one "ack <thread> <value>" line per set that returned
 //   pd-worker hold-read DIR                holds a read snapshot, prints "holding", waits to be killed
 //   pd-worker fill DIR LIMIT               under RLIMIT_FSIZE = LIMIT bytes, writes 64 KiB values
 //                                          until a write fails; prints "wrote N" and "error: …"
@@ -53,6 +56,9 @@ func run(_ arguments: [String]) -> ExitCode {
         case ("hammer", 4):
             guard let threads = Int(arguments[2]), let count = Int(arguments[3]) else { return .usage }
             try hammer(path: arguments[1], threads: threads, count: count)
+        case ("set-loop", 3):
+            guard let threads = Int(arguments[2]) else { return .usage }
+            try setLoop(path: arguments[1], threads: threads)
         case ("hold-read", 2):
             let store = try PersistentDefaults(path: arguments[1], options: options())
             try store.read { _ in
@@ -132,6 +138,23 @@ func hammer(path: String, threads: Int, count: Int) throws {
         }
     }
     if let failure { throw failure }
+}
+
+func setLoop(path: String, threads: Int) throws {
+    let store = try PersistentDefaults(path: path, options: options())
+    // Threads of their own: concurrentPerform would run only as many loops as there are cores.
+    for thread in 0..<threads {
+        Thread.detachNewThread {
+            let key = PersistentDefaults.Key<Int>("k\(thread)", default: 0)
+            var value = 1
+            // Runs until the process is killed; a failed set ends this thread's loop.
+            while (try? store.set(value, for: key)) != nil {
+                say("ack \(thread) \(value)")
+                value += 1
+            }
+        }
+    }
+    while true { pause() }
 }
 
 func fill(path: String, limit: Int) -> ExitCode {

@@ -64,6 +64,31 @@ private func command(_ path: String, _ arguments: [String]) throws -> Int32 {
 
 @Suite("Reliability: concurrency")
 struct ConcurrencyReliabilityTests {
+    /// Durable sets from 4 threads share commits (group commit); each `set` returns only after
+    /// the commit holding it. Killed mid-run, every acknowledged value must be in the store
+    /// (a later, unacknowledged one may be too), and the log must agree with the data.
+    @Test func groupCommittedSetsThatReturnedSurviveAKill() throws {
+        try withTemporaryDirectory { path throws in
+            for round in 0..<3 {
+                let child = try Child(["set-loop", path, "4"])
+                #expect(child.wait(for: "ack 3 \(20 * (round + 1))"), "\(child.text.suffix(200))")
+                child.kill()
+                var acknowledged: [String: Int] = [:]
+                for line in child.text.split(separator: "\n") {
+                    let fields = line.split(separator: " ")
+                    guard fields.count == 3, fields[0] == "ack", let value = Int(fields[2]) else { continue }
+                    acknowledged["k\(fields[1])"] = max(acknowledged["k\(fields[1])"] ?? 0, value)
+                }
+                let store = try PersistentDefaults(path: path)
+                #expect(try store.verify().isEmpty)
+                for (name, value) in acknowledged {
+                    #expect(store[PersistentDefaults.Key<Int>(name, default: 0)] >= value, "\(name)")
+                }
+                #expect(acknowledged.count == 4)
+            }
+        }
+    }
+
     /// 4 processes × 4 threads × 500 transactional increments, with readers in this process
     /// checking that the two keys each transaction sets are never seen apart. The workers use
     /// `.bounded` durability to keep the test short; it changes when pages reach the disk, not
