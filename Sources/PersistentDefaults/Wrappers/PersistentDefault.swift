@@ -98,7 +98,9 @@ public struct PersistentDefault<Value: Sendable>: Sendable {
         /// A Combine publisher of the current value, then each committed change (Apple platforms).
         public var publisher: AnyPublisher<Value, Never> {
             let subject = CurrentValueSubject<Value, Never>(wrapper.wrappedValue)
-            let token = observe(queue: .main) { subject.send($0.newValue) }
+            // Combine's subjects lock internally, and every send comes from the main queue.
+            nonisolated(unsafe) let sendable = subject
+            let token = observe(queue: .main) { sendable.send($0.newValue) }
             return subject.handleEvents(receiveCancel: { token.cancel() }).eraseToAnyPublisher()
         }
     }
