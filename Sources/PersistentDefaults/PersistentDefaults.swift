@@ -177,9 +177,12 @@ public final class PersistentDefaults: Sendable {
     /// Writes one key. In `.sync` mode, writes of several threads that wait at once share one
     /// durable commit (see `GroupCommit`); each still returns only once its write is durable.
     private func writeOne(sizeHint: Int, _ operation: @escaping @Sendable (WriteTransaction) throws -> Void) throws {
-        guard core.options.durability == .sync else { return try write(sizeHint: sizeHint) { try operation($0) } }
+        // Inside a read or write scope of its own, a thread must not wait for a leader: the
+        // leader may need the gate exclusively to grow the map.
+        guard core.options.durability == .sync, !core.environment.gate.isHeldByCurrentThread else {
+            return try write(sizeHint: sizeHint) { try operation($0) }
+        }
         if isReadOnly { throw PersistentDefaultsError.readOnly(path: path) }
-        if core.environment.gate.isWritingOnCurrentThread { throw PersistentDefaultsError.nestedWrite }
         try core.groupCommit.perform(core: core, sizeHint: sizeHint, operation)
     }
 

@@ -43,6 +43,9 @@ import Testing
             #expect(throws: PersistentDefaultsError.nestedWrite) {
                 try store.write { _ in try store.set(1, for: .launchCount) }
             }
+            // Inside its own read scope a thread writes directly instead of waiting for a leader.
+            try store.read { _ in try store.set(7, for: .launchCount) }
+            #expect(store[.launchCount] == 7)
             _ = token
         }
     }
