@@ -19,7 +19,8 @@ extension PersistentDefaults {
         public var initialMapSize = 1 << 20
         /// How many commit-log records to keep; older ones are pruned. At least 1. Default 10,000.
         public var logRetention = 10_000
-        /// Reader slots in the lock file (`mdb_env_set_maxreaders`). Default 126, LMDB's default.
+        /// Reader slots in the lock file (`mdb_env_set_maxreaders`), at least 1. Default 126,
+        /// LMDB's default. Only the process that creates the lock file sets it.
         public var maxReaders = 126
         /// Receives errors that the non-throwing API cannot throw: a subscript write that failed,
         /// a stored value that does not decode (reported once per key and reason), a background
@@ -40,7 +41,8 @@ extension PersistentDefaults {
         /// Every commit is durable when the call returns: LMDB writes the pages, `fdatasync`s,
         /// then writes and syncs the meta page. About 120 µs per commit on a virtual disk.
         case sync
-        /// Commits skip `fsync` (`MDB_NOSYNC`); a background task flushes every `interval` and
+        /// Commits skip `fsync` (`MDB_NOSYNC`); a background task flushes every `interval`
+        /// (clamped to 1 ms … 1 day) and
         /// when the store closes. A killed process loses nothing (its writes are in the page
         /// cache); a machine crash or power loss can lose the commits of the last `interval`.
         case bounded(interval: Duration)

@@ -257,9 +257,9 @@ final class Flusher: @unchecked Sendable {
         self.environment = environment
         self.reporter = reporter
         let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "PersistentDefaults.flush"))
-        let nanoseconds = max(
-            Int(interval.components.seconds) * 1_000_000_000 + Int(interval.components.attoseconds / 1_000_000_000),
-            1_000_000)
+        // Between 1 ms and one day: no overflow for absurd intervals, no busy loop for tiny ones.
+        let seconds = min(max(interval / .seconds(1), 0.001), 86_400)
+        let nanoseconds = Int(seconds * 1e9)
         timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .nanoseconds(nanoseconds))
         self.timer = timer
         timer.setEventHandler { [weak self] in self?.flush() }

@@ -111,6 +111,21 @@ import Testing
         }
     }
 
+    @Test func outOfRangeOptionsAreClampedNotFatal() throws {
+        var options = PersistentDefaults.Options()
+        options.maxReaders = -5
+        options.initialMapSize = -1
+        options.logRetention = 0
+        options.durability = .bounded(interval: .seconds(Int64.max))
+        try withTemporaryStore(options: options) { store, _, _ throws in
+            for value in 1...3 { store[.launchCount] = value }
+            #expect(store[.launchCount] == 3)
+            #expect(try store.commits(after: 0).map(\.sequence) == [3])  // retention clamps to 1
+            #expect(try store.statistics().maxReaders >= 1)
+            try store.flush()
+        }
+    }
+
     @Test func durabilityDescribesItself() {
         #expect(PersistentDefaults.Durability.sync.description == "sync")
         #expect(PersistentDefaults.Options().durability == .sync)

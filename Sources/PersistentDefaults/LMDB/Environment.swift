@@ -130,7 +130,9 @@ final class Environment: @unchecked Sendable {
         do {
             try check(mdb_env_set_maxdbs(env, 8), "mdb_env_set_maxdbs")
             try check(mdb_env_set_mapsize(env, configuration.mapSize), "mdb_env_set_mapsize")
-            try check(mdb_env_set_maxreaders(env, UInt32(configuration.maxReaders)), "mdb_env_set_maxreaders")
+            try check(
+                mdb_env_set_maxreaders(env, UInt32(clamping: max(configuration.maxReaders, 1))),
+                "mdb_env_set_maxreaders")
             var flags = MDB_NOTLS | MDB_NORDAHEAD
             if configuration.readOnly { flags |= MDB_RDONLY }
             if configuration.noSync { flags |= MDB_NOSYNC }
