@@ -1,5 +1,4 @@
-import Dispatch
-import Synchronization
+import Foundation
 
 #if canImport(Glibc)
     import Glibc
@@ -15,20 +14,51 @@ import Synchronization
 /// sync covers them all. Each caller returns only after the transaction holding its write is
 /// durable (and its observers have run); a failed transaction fails every request in it. A
 /// thread that writes while it leads (an observer callback writing the store) writes directly.
+///
+/// The locks are Foundation's (`NSLock`, `NSCondition`, both `pthread` based) rather than
+/// `Synchronization.Mutex`, so that ThreadSanitizer, which cannot see the prebuilt `Mutex`, can
+/// check this hand-off.
 final class GroupCommit: Sendable {
-    /// One queued write.
+    /// One queued write and, once its batch is done, how it ended.
     final class Request: @unchecked Sendable {
-        // @unchecked Sendable: `outcome` and `leads` are written before `done` is signalled and
-        // read after it is waited for; the semaphore orders the accesses.
+        // @unchecked Sendable: `operation` and `sizeHint` are immutable; the rest is guarded by
+        // `condition`.
         let operation: @Sendable (WriteTransaction) throws -> Void
         let sizeHint: Int
-        let done = DispatchSemaphore(value: 0)
-        var outcome: (any Error)?
-        var leads = false
+        private let condition = NSCondition()
+        private var isAnswered = false
+        private var outcome: (any Error)?
+        private var leads = false
 
         init(sizeHint: Int, operation: @escaping @Sendable (WriteTransaction) throws -> Void) {
             self.sizeHint = sizeHint
             self.operation = operation
+        }
+
+        /// Tells the waiting caller how its batch ended, or that it leads the next batch.
+        func answer(outcome: (any Error)? = nil, leads: Bool = false) {
+            condition.lock()
+            defer { condition.unlock() }
+            if leads { self.leads = true } else { self.outcome = outcome }
+            isAnswered = true
+            condition.signal()
+        }
+
+        /// Waits for ``answer(outcome:leads:)``; returns whether the caller now leads, and the
+        /// outcome. Answering again (a leader's own request) changes nothing for anyone waiting.
+        func waitForAnswer() -> (leads: Bool, outcome: (any Error)?) {
+            condition.lock()
+            defer { condition.unlock() }
+            while !isAnswered { condition.wait() }
+            isAnswered = false
+            return (leads, outcome)
+        }
+
+        /// The outcome recorded by the batch that held this request.
+        var result: (any Error)? {
+            condition.lock()
+            defer { condition.unlock() }
+            return outcome
         }
     }
 
@@ -40,14 +70,22 @@ final class GroupCommit: Sendable {
         var leader: pthread_t?
     }
 
-    private let state = Mutex(State())
+    private let lock = NSLock()
+    // Guarded by `lock`.
+    nonisolated(unsafe) private var state = State()
+
+    private func withState<R>(_ body: (inout State) -> R) -> R {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(&state)
+    }
 
     /// Runs `operation` in a write transaction, possibly together with other threads' requests.
     func perform(
         core: StoreCore, sizeHint: Int, _ operation: @escaping @Sendable (WriteTransaction) throws -> Void
     ) throws {
         let request = Request(sizeHint: sizeHint, operation: operation)
-        let role = state.withLock { state -> Role in
+        let role = withState { state -> Role in
             if state.isLeading {
                 if let leader = state.leader, pthread_equal(leader, pthread_self()) != 0 { return .direct }
                 state.queue.append(request)
@@ -62,12 +100,11 @@ final class GroupCommit: Sendable {
             try core.write(sizeHint: sizeHint) { try operation($0) }
             return
         case .follow:
-            request.done.wait()
-            if request.leads { lead(core) }
+            if request.waitForAnswer().leads { lead(core) }
         case .lead:
             lead(core)
         }
-        if let error = request.outcome { throw error }
+        if let error = request.result { throw error }
     }
 
     private enum Role {
@@ -76,19 +113,20 @@ final class GroupCommit: Sendable {
 
     /// Commits one batch, then hands the lead to the first request queued meanwhile.
     private func lead(_ core: StoreCore) {
-        let batch = state.withLock { state in
+        let batch = withState { state in
             state.leader = pthread_self()
             defer { state.queue.removeAll() }
             return state.queue
         }
+        var outcome: (any Error)?
         do {
             try core.write(sizeHint: batch.reduce(0) { $0 + $1.sizeHint }) { transaction in
                 for request in batch { try request.operation(transaction) }
             }
         } catch {
-            for request in batch { request.outcome = error }
+            outcome = error
         }
-        let next = state.withLock { state -> Request? in
+        let next = withState { state -> Request? in
             state.leader = nil
             guard let first = state.queue.first else {
                 state.isLeading = false
@@ -96,11 +134,8 @@ final class GroupCommit: Sendable {
             }
             return first
         }
-        // The leader's own request is in the batch too; signalling it wakes nobody.
-        for request in batch { request.done.signal() }
-        if let next {
-            next.leads = true
-            next.done.signal()
-        }
+        // The leader's own request is in the batch too; nobody waits for its answer.
+        for request in batch { request.answer(outcome: outcome) }
+        next?.answer(leads: true)
     }
 }
