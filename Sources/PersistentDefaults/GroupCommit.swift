@@ -44,14 +44,14 @@ final class GroupCommit: Sendable {
             condition.signal()
         }
 
-        /// Waits for ``answer(outcome:leads:)``; returns whether the caller now leads, and the
-        /// outcome. Answering again (a leader's own request) changes nothing for anyone waiting.
-        func waitForAnswer() -> (leads: Bool, outcome: (any Error)?) {
+        /// Waits for ``answer(outcome:leads:)``; returns whether the caller now leads the next
+        /// batch (its outcome is then set by that batch; see ``result``).
+        func waitForAnswer() -> Bool {
             condition.lock()
             defer { condition.unlock() }
             while !isAnswered { condition.wait() }
             isAnswered = false
-            return (leads, outcome)
+            return leads
         }
 
         /// The outcome recorded by the batch that held this request.
@@ -100,7 +100,7 @@ final class GroupCommit: Sendable {
             try core.write(sizeHint: sizeHint) { try operation($0) }
             return
         case .follow:
-            if request.waitForAnswer().leads { lead(core) }
+            if request.waitForAnswer() { lead(core) }
         case .lead:
             lead(core)
         }

@@ -70,16 +70,11 @@ final class ObserverRegistry: Sendable {
         handler: @escaping @Sendable ([UInt8]?, [UInt8]?, UInt64) -> Void,
         registered: () -> Void = {}
     ) -> ObservationToken {
-        let id = state.withLock { state in
-            if state.isEmpty { state.delivered = max(state.delivered, sequence) }
-            state.target = max(state.target, sequence)
-            state.nextID += 1
-            state.keys[name, default: KeyEntry(bytes: current, position: sequence)].observers[state.nextID] =
+        let id = register(as: sequence, core: core) { state, id in
+            state.keys[name, default: KeyEntry(bytes: current, position: sequence)].observers[id] =
                 KeyObserver(asOf: sequence, handler: handler)
             registered()
-            return state.nextID
         }
-        didAdd(core)
         return ObservationToken { [weak self] in self?.removeKeyObserver(name: name, id: id) }
     }
 
@@ -87,22 +82,27 @@ final class ObserverRegistry: Sendable {
     func addCommitObserver(
         sequence: UInt64, core: StoreCore, handler: @escaping @Sendable (CommitRecord) -> Void
     ) -> ObservationToken {
+        let id = register(as: sequence, core: core) { state, id in
+            state.commitObservers[id] = CommitObserver(asOf: sequence, handler: handler)
+        }
+        return ObservationToken { [weak self] in self?.removeCommitObserver(id: id) }
+    }
+
+    /// Gives a new observer an ID and lets `insert` store it, under the lock; deliveries start
+    /// at `sequence` when it is the first observer. Starts the watcher.
+    private func register(as sequence: UInt64, core: StoreCore, _ insert: (inout State, UInt64) -> Void) -> UInt64 {
         let id = state.withLock { state in
             if state.isEmpty { state.delivered = max(state.delivered, sequence) }
             state.target = max(state.target, sequence)
             state.nextID += 1
-            state.commitObservers[state.nextID] = CommitObserver(asOf: sequence, handler: handler)
+            insert(&state, state.nextID)
             return state.nextID
         }
-        didAdd(core)
-        return ObservationToken { [weak self] in self?.removeCommitObserver(id: id) }
-    }
-
-    private func didAdd(_ core: StoreCore) {
         hasObservers.store(true, ordering: .releasing)
         watcher.withLock { watcher in
             if watcher == nil { watcher = ExternalWatcher(core: core) }
         }
+        return id
     }
 
     private func removeKeyObserver(name: String, id: UInt64) {
@@ -124,11 +124,7 @@ final class ObserverRegistry: Sendable {
     private func didRemove() {
         guard state.withLock({ $0.isEmpty }) else { return }
         hasObservers.store(false, ordering: .releasing)
-        let stopped = watcher.withLock { watcher in
-            defer { watcher = nil }
-            return watcher
-        }
-        stopped?.stop()
+        stopWatcher()
     }
 
     /// The names of the keys that have observers.
@@ -219,9 +215,7 @@ final class ObserverRegistry: Sendable {
                 return (old, entry.observers.values.filter { $0.asOf < record.sequence })
             }
             guard let calls else { continue }
-            for observer in calls.observers where observer.isActive.load(ordering: .acquiring) {
-                observer.handler(calls.old, change.encodedValue, record.sequence)
-            }
+            notify(calls.observers, old: calls.old, new: change.encodedValue, sequence: record.sequence)
         }
         let commitObservers = state.withLock { $0.commitObservers.values.filter { $0.asOf < record.sequence } }
         for observer in commitObservers where observer.isActive.load(ordering: .acquiring) {
@@ -249,14 +243,21 @@ final class ObserverRegistry: Sendable {
                 return (old, Array(entry.observers.values))
             }
             guard let calls else { continue }
-            for observer in calls.observers where observer.isActive.load(ordering: .acquiring) {
-                observer.handler(calls.old, bytes, sequence)
-            }
+            notify(calls.observers, old: calls.old, new: bytes, sequence: sequence)
+        }
+    }
+
+    /// Calls the key observers that are still active, outside the lock.
+    private func notify(_ observers: [KeyObserver], old: [UInt8]?, new: [UInt8]?, sequence: UInt64) {
+        for observer in observers where observer.isActive.load(ordering: .acquiring) {
+            observer.handler(old, new, sequence)
         }
     }
 
     /// Stops the watcher; the store is closing.
-    func close() {
+    func close() { stopWatcher() }
+
+    private func stopWatcher() {
         let stopped = watcher.withLock { watcher in
             defer { watcher = nil }
             return watcher
