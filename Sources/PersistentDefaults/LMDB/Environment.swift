@@ -25,7 +25,8 @@ func check(_ code: Int32, _ operation: @autoclosure () -> String) throws(Persist
 /// Signals that the gate's exclusive side must be taken before a transaction is tried again.
 private enum RetrySignal: Error {
     case mapResized
-    case mapFull
+    /// `bytes`: what the failed transaction had put, read while it still held the writer lock.
+    case mapFull(bytes: Int)
 }
 
 /// How to open an environment.
@@ -238,12 +239,12 @@ final class Environment: @unchecked Sendable {
                 return try gate.withSharedWriting { try writeOnce(body) }
             } catch RetrySignal.mapResized {
                 try adoptMapSize()
-            } catch RetrySignal.mapFull {
+            } catch RetrySignal.mapFull(let bytes) {
                 guard !gate.isHeldByCurrentThread else {
                     throw PersistentDefaultsError.lmdb(
                         code: .mapFull, operation: "grow the map inside a read on this thread")
                 }
-                needed = max(needed * 2, writeBytes)
+                needed = max(needed * 2, bytes)
                 try grow(toFit: needed)
             }
         }
@@ -265,20 +266,23 @@ final class Environment: @unchecked Sendable {
         do {
             result = try body(Transaction(handle: transaction, environment: self))
         } catch {
+            // Read before the abort releases LMDB's writer mutex to the next writer.
+            let (mapFull, bytes) = (writeSawMapFull, writeBytes)
             mdb_txn_abort(transaction)
-            if writeSawMapFull { throw RetrySignal.mapFull }
+            if mapFull { throw RetrySignal.mapFull(bytes: bytes) }
             throw error
         }
         if writeSawMapFull {
+            let bytes = writeBytes
             mdb_txn_abort(transaction)
-            throw RetrySignal.mapFull
+            throw RetrySignal.mapFull(bytes: bytes)
         }
         // Read before the commit: it releases LMDB's writer mutex, and the next writer resets it.
         let touched = writeTouched
         let bytes = writeBytes
         // lmdb.h: the transaction handle is freed by mdb_txn_commit whether it succeeds or not.
         let commitCode = mdb_txn_commit(transaction)
-        if commitCode == MDB_MAP_FULL { throw RetrySignal.mapFull }
+        if commitCode == MDB_MAP_FULL { throw RetrySignal.mapFull(bytes: bytes) }
         if commitCode == EIO, let explained = diagnoseShortWrite(transactionBytes: bytes) { throw explained }
         try check(commitCode, "mdb_txn_commit")
         if touched { localCommits.add(1, ordering: .relaxed) }
