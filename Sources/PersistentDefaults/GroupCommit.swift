@@ -11,14 +11,29 @@ import Foundation
 /// In `.sync` mode every commit costs an `fdatasync`, and LMDB lets one writer commit at a time.
 /// When several threads set keys at once, the first becomes the leader: it takes every request
 /// queued so far, applies them in order in one write transaction and commits it once, so one
-/// sync covers them all. Each caller returns only after the transaction holding its write is
-/// durable (and its observers have run); a failed transaction fails every request in it. A
-/// thread that writes while it leads (an observer callback writing the store) writes directly.
+/// sync covers them all. Once the commit returned, the leader hands the lead to the next queued
+/// request and answers the others; only then does anybody deliver to observers, so a callback
+/// that waits for another thread's `set` never waits for a lead it holds itself. Every caller
+/// of the batch then asks the registry to deliver (one of them, or a thread already delivering,
+/// does it, in commit order), and returns.
+///
+/// A request whose own input is wrong (a bad key name, a value that cannot be encoded) fails
+/// alone: it is validated before it joins, and an error of that kind inside the batch fails
+/// only its request. An LMDB or I/O failure of the transaction fails every request in it. A
+/// thread that writes while it leads (a key hook writing the store) writes directly.
 ///
 /// The locks are Foundation's (`NSLock`, `NSCondition`, both `pthread` based) rather than
 /// `Synchronization.Mutex`, so that ThreadSanitizer, which cannot see the prebuilt `Mutex`, can
 /// check this hand-off.
 final class GroupCommit: Sendable {
+    /// How one request's batch ended.
+    struct Outcome {
+        /// The request's error: its own, or the transaction's.
+        var error: (any Error)?
+        /// The batch's log record, to deliver; nil when the batch failed or changed nothing.
+        var record: CommitRecord?
+    }
+
     /// One queued write and, once its batch is done, how it ended.
     final class Request: @unchecked Sendable {
         // @unchecked Sendable: `operation` and `sizeHint` are immutable; the rest is guarded by
@@ -27,7 +42,7 @@ final class GroupCommit: Sendable {
         let sizeHint: Int
         private let condition = NSCondition()
         private var isAnswered = false
-        private var outcome: (any Error)?
+        private var outcome = Outcome()
         private var leads = false
 
         init(sizeHint: Int, operation: @escaping @Sendable (WriteTransaction) throws -> Void) {
@@ -36,15 +51,16 @@ final class GroupCommit: Sendable {
         }
 
         /// Tells the waiting caller how its batch ended, or that it leads the next batch.
-        func answer(outcome: (any Error)? = nil, leads: Bool = false) {
+        func answer(_ outcome: Outcome? = nil, leads: Bool = false) {
             condition.lock()
             defer { condition.unlock() }
-            if leads { self.leads = true } else { self.outcome = outcome }
+            if leads { self.leads = true }
+            if let outcome { self.outcome = outcome }
             isAnswered = true
             condition.signal()
         }
 
-        /// Waits for ``answer(outcome:leads:)``; returns whether the caller now leads the next
+        /// Waits for ``answer(_:leads:)``; returns whether the caller now leads the next
         /// batch (its outcome is then set by that batch; see ``result``).
         func waitForAnswer() -> Bool {
             condition.lock()
@@ -55,7 +71,7 @@ final class GroupCommit: Sendable {
         }
 
         /// The outcome recorded by the batch that held this request.
-        var result: (any Error)? {
+        var result: Outcome {
             condition.lock()
             defer { condition.unlock() }
             return outcome
@@ -80,7 +96,8 @@ final class GroupCommit: Sendable {
         return body(&state)
     }
 
-    /// Runs `operation` in a write transaction, possibly together with other threads' requests.
+    /// Runs `operation` in a write transaction, possibly together with other threads' requests,
+    /// then delivers the commit to observers. `operation` must have validated its input.
     func perform(
         core: StoreCore, sizeHint: Int, _ operation: @escaping @Sendable (WriteTransaction) throws -> Void
     ) throws {
@@ -104,27 +121,39 @@ final class GroupCommit: Sendable {
         case .lead:
             lead(core)
         }
-        if let error = request.result { throw error }
+        let outcome = request.result
+        if let record = outcome.record { core.observers.didCommit(record, core: core) }
+        if let error = outcome.error { throw error }
     }
 
     private enum Role {
         case lead, follow, direct
     }
 
-    /// Commits one batch, then hands the lead to the first request queued meanwhile.
+    /// Commits one batch, hands the lead to the first request queued meanwhile and answers the
+    /// batch's requests (the leader's own included: it reads its answer when this returns).
     private func lead(_ core: StoreCore) {
         let batch = withState { state in
             state.leader = pthread_self()
             defer { state.queue.removeAll() }
             return state.queue
         }
-        var outcome: (any Error)?
+        var outcomes = [Outcome](repeating: Outcome(), count: batch.count)
         do {
-            try core.write(sizeHint: batch.reduce(0) { $0 + $1.sizeHint }) { transaction in
-                for request in batch { try request.operation(transaction) }
+            let (_, record) = try core.commit(sizeHint: batch.reduce(0) { $0 + $1.sizeHint }) { transaction in
+                for index in batch.indices {
+                    // Reset on every run: the body runs again when the map had to grow.
+                    outcomes[index] = Outcome()
+                    do {
+                        try batch[index].operation(transaction)
+                    } catch let error as PersistentDefaultsError where error.concernsOnlyItsRequest {
+                        outcomes[index].error = error
+                    }
+                }
             }
+            for index in batch.indices where outcomes[index].error == nil { outcomes[index].record = record }
         } catch {
-            outcome = error
+            outcomes = [Outcome](repeating: Outcome(error: error), count: batch.count)
         }
         let next = withState { state -> Request? in
             state.leader = nil
@@ -134,8 +163,18 @@ final class GroupCommit: Sendable {
             }
             return first
         }
-        // The leader's own request is in the batch too; nobody waits for its answer.
-        for request in batch { request.answer(outcome: outcome) }
         next?.answer(leads: true)
+        for (request, outcome) in zip(batch, outcomes) { request.answer(outcome) }
+    }
+}
+
+extension PersistentDefaultsError {
+    /// Whether the error comes from one request's own input, so that it fails only that
+    /// request of a group-committed batch (it is thrown before the request writes anything).
+    var concernsOnlyItsRequest: Bool {
+        switch self {
+        case .invalidKeyName, .encodingFailed, .decodingFailed: true
+        default: false
+        }
     }
 }

@@ -49,14 +49,7 @@ extension PersistentDefaults {
     public func observeCommits(
         queue: DispatchQueue? = nil, _ handler: @escaping @Sendable (CommitRecord) -> Void
     ) -> ObservationToken {
-        let sequence: UInt64
-        do {
-            sequence = try lastSequence()
-        } catch {
-            core.reporter.report(error)
-            sequence = 0
-        }
-        return core.observers.addCommitObserver(sequence: sequence, core: core) { record in
+        core.observers.addCommitObserver(core: core) { record in
             if let queue { queue.async { handler(record) } } else { handler(record) }
         }
     }
@@ -83,42 +76,51 @@ extension PersistentDefaults {
         updates(for: K.key)
     }
 
-    /// Registers a key observer that gets decoded changes; `registered` gets the current value
-    /// before any change can be delivered.
+    /// Registers a key observer that gets decoded changes; `registered` gets the value at the
+    /// observer's start before any change can be delivered (under the registry lock: it must
+    /// not block). A key with an invalid name is refused: the error is reported and the token
+    /// observes nothing.
     private func observe<Value>(
-        _ key: Key<Value>, registered: (Value) -> Void, deliver: @escaping @Sendable (KeyChange<Value>) -> Void
+        _ key: Key<Value>, registered: @escaping (Value) -> Void,
+        deliver: @escaping @Sendable (KeyChange<Value>) -> Void
     ) -> ObservationToken {
-        let core = self.core
-        var current: [UInt8]?
-        var sequence: UInt64 = 0
+        core.observe(key, registered: registered, deliver: deliver)
+    }
+}
+
+extension StoreCore {
+    /// Registers a key observer that gets decoded changes; see `PersistentDefaults.observe`.
+    func observe<Value>(
+        _ key: PersistentDefaults.Key<Value>, registered: (Value) -> Void,
+        deliver: @escaping @Sendable (KeyChange<Value>) -> Void
+    ) -> ObservationToken {
         do {
             try key.validate()
-            (current, sequence) = try core.environment.withRead { transaction in
-                (try core.encodedValue(named: key.nameBytes, in: transaction), try core.lastSequence(in: transaction))
-            }
         } catch {
-            core.reporter.report(error)
+            reporter.report(error)
+            registered(key.defaultValue)
+            return ObservationToken {}
         }
+        let reporter = self.reporter
         let decode: @Sendable ([UInt8]?) -> Value? = { bytes in
             guard let bytes else { return key.defaultValue }
             do throws(StoredValueError) {
                 return try key.codec.decode(bytes)
             } catch {
-                core.reporter.reportOnce(
+                reporter.reportOnce(
                     PersistentDefaultsError.decodingFailed(
                         key: key.name, type: "\(Value.self)", reason: error.description))
                 return nil
             }
         }
-        let initial = decode(current) ?? key.defaultValue
-        return core.observers.addKeyObserver(
-            name: key.name, current: current, sequence: sequence, core: core,
+        return observers.addKeyObserver(
+            name: key.nameBytes, core: self,
             handler: { old, new, sequence in
                 guard let newValue = decode(new) else { return }
                 let change = KeyChange(
                     key: key.name, oldValue: decode(old) ?? key.defaultValue, newValue: newValue, sequence: sequence)
                 deliver(change)
             },
-            registered: { registered(initial) })
+            registered: { registered(decode($0) ?? key.defaultValue) })
     }
 }

@@ -143,6 +143,8 @@ public final class PersistentDefaults: Sendable {
 
     /// Removes the key; reads give its default again.
     public func remove(_ key: Keys) throws {
+        // Before joining a group commit: a bad name must fail this call only.
+        try key.validate()
         try writeOne(sizeHint: 0) { try $0.remove(key) }
     }
 

@@ -36,8 +36,6 @@ final class StoreCore: Sendable {
     let observers = ObserverRegistry()
     /// The Observation-framework trackers of keys read through property wrappers.
     let trackers = Mutex<[String: KeyTracker]>([:])
-    /// Commits of this process that appended a log record.
-    let localLoggedCommits = Atomic<Int>(0)
 
     init(path: String, options: PersistentDefaults.Options) throws {
         self.path = path
@@ -124,8 +122,16 @@ final class StoreCore: Sendable {
     // MARK: Writing
 
     /// Runs `body` in one write transaction, logs the changes it made and, after the commit,
-    /// tells the commit handlers. Nothing is written when `body` throws.
+    /// delivers them to the observers. Nothing is written when `body` throws.
     func write<R>(sizeHint: Int = 0, _ body: (WriteTransaction) throws -> R) throws -> R {
+        let (result, record) = try commit(sizeHint: sizeHint, body)
+        if let record { observers.didCommit(record, core: self) }
+        return result
+    }
+
+    /// `write`, without the delivery: returns the commit's log record (nil when nothing
+    /// changed) for the caller to deliver once it holds no lead or lock.
+    func commit<R>(sizeHint: Int = 0, _ body: (WriteTransaction) throws -> R) throws -> (R, CommitRecord?) {
         var committed: CommitRecord?
         let result = try environment.withWrite(sizeHint: sizeHint) { transaction in
             let writer = WriteTransaction(core: self, transaction: transaction)
@@ -134,12 +140,8 @@ final class StoreCore: Sendable {
             committed = try writer.finish()
             return result
         }
-        if let committed {
-            localLoggedCommits.add(1, ordering: .relaxed)
-            flusher?.markDirty()
-            observers.didCommit(committed, core: self)
-        }
-        return result
+        if committed != nil { flusher?.markDirty() }
+        return (result, committed)
     }
 
     /// Appends `changes` as the next record and prunes records past the retention.
@@ -147,6 +149,7 @@ final class StoreCore: Sendable {
         let record = CommitRecord(
             sequence: try lastSequence(in: transaction) + 1, timestamp: Date(), processID: getpid(), changes: changes)
         let encoded = record.encoded
+        transaction.noteLogged()
         try sequenceKey(record.sequence).withUnsafeBytes { key in
             try encoded.withUnsafeBytes { try transaction.put(databases.log, key, $0) }
         }

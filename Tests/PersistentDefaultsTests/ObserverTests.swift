@@ -210,9 +210,12 @@ private let queueKey = DispatchSpecificKey<Bool>()
                 "pd-worker", ["increment", path, "counter", "40"], environment: ["PD_LOG_RETENTION": "5"])
             #expect(result.status == 0)
             release.signal()
-            #expect(changes.wait(forCount: 2))
-            #expect(changes.all.map(\.newValue) == [1, 41])
-            #expect(changes.all.last?.oldValue == 1)
+            // Records 2…36 were pruned: the change across them arrives as one (1 → 37, merged),
+            // then the records still in the log, each exactly.
+            #expect(changes.wait(forCount: 6))
+            #expect(changes.all.map(\.newValue) == [1, 37, 38, 39, 40, 41])
+            #expect(changes.all.map(\.oldValue) == [0, 1, 37, 38, 39, 40])
+            #expect(changes.all.map(\.sequence) == [1, 37, 38, 39, 40, 41])
             _ = token
         }
     }

@@ -67,8 +67,8 @@ struct EnvironmentInfo: Sendable, Equatable {
 ///
 /// `@unchecked Sendable`: LMDB environments are thread-safe; every use of the handle happens
 /// under `gate` (shared for transactions, exclusive for map changes and close), the read pool
-/// sits behind a `Mutex`, and `writeSawMapFull` is touched only by the thread that holds LMDB's
-/// process-shared writer mutex, as is `writeBytes`.
+/// sits behind a `Mutex`, and the `write…` fields are touched only by the thread that holds
+/// LMDB's process-shared writer mutex.
 final class Environment: @unchecked Sendable {
     fileprivate let handle: EnvironmentHandle
     let gate = TransactionGate()
@@ -84,8 +84,12 @@ final class Environment: @unchecked Sendable {
     private var writeBytes = 0
     /// Whether the current write transaction put or deleted anything.
     private var writeTouched = false
-    /// Commits of this process that changed pages: each advanced LMDB's transaction ID by one.
-    let localCommits = Atomic<Int>(0)
+    /// Whether the current write transaction appended a commit-log record.
+    private var writeLogged = false
+    /// Commits of this process that changed pages but appended no log record (store creation,
+    /// migrations): each advanced LMDB's transaction ID by one without a log sequence. Counted
+    /// here only, after the commit, so the watcher compares two numbers that move together.
+    let localUnloggedCommits = Atomic<Int>(0)
 
     /// Reset read transactions kept for reuse (`mdb_txn_reset` / `mdb_txn_renew`).
     private struct PooledTransaction: @unchecked Sendable {
@@ -262,6 +266,7 @@ final class Environment: @unchecked Sendable {
         writeSawMapFull = false
         writeBytes = 0
         writeTouched = false
+        writeLogged = false
         let result: R
         do {
             result = try body(Transaction(handle: transaction, environment: self))
@@ -278,16 +283,19 @@ final class Environment: @unchecked Sendable {
             throw RetrySignal.mapFull(bytes: bytes)
         }
         // Read before the commit: it releases LMDB's writer mutex, and the next writer resets it.
-        let touched = writeTouched
+        let unlogged = writeTouched && !writeLogged
         let bytes = writeBytes
         // lmdb.h: the transaction handle is freed by mdb_txn_commit whether it succeeds or not.
         let commitCode = mdb_txn_commit(transaction)
         if commitCode == MDB_MAP_FULL { throw RetrySignal.mapFull(bytes: bytes) }
         if commitCode == EIO, let explained = diagnoseShortWrite(transactionBytes: bytes) { throw explained }
         try check(commitCode, "mdb_txn_commit")
-        if touched { localCommits.add(1, ordering: .relaxed) }
+        if unlogged { localUnloggedCommits.add(1, ordering: .releasing) }
         return result
     }
+
+    /// Records that the current write transaction appended a commit-log record.
+    fileprivate func noteLogged() { writeLogged = true }
 
     /// Records the size of a put in the current write transaction, and whether it hit `MDB_MAP_FULL`.
     fileprivate func notePut(bytes: Int, code: Int32) {
@@ -454,6 +462,9 @@ struct Transaction {
         environment.notePut(bytes: key.count + value.count, code: code)
         try check(code, "mdb_put")
     }
+
+    /// Marks this write transaction as one that appended a commit-log record.
+    func noteLogged() { environment.noteLogged() }
 
     /// Deletes `key`; returns whether it existed.
     @discardableResult

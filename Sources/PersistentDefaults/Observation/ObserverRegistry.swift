@@ -4,264 +4,377 @@ import Synchronization
 /// The observers of one store in this process, and the delivery of committed changes to them.
 ///
 /// Delivery follows the commit log: records are delivered once each, in sequence order, whether
-/// this process or another one committed them. The thread that commits delivers (its callbacks
-/// run after the commit returns from LMDB, before `set`/`write` returns); if another thread is
-/// already delivering, that thread delivers the new record too, so order holds. Callbacks run
-/// without any lock held, so they may read and write the store; their commits are delivered after
-/// the current record.
+/// this process or another one committed them. The thread that commits delivers (after the
+/// commit, with no lock held and no write transaction open); if another thread is already
+/// delivering, that thread delivers the new record too, right after the ones before it, so
+/// order holds. Callbacks may read and write the store; their commits are delivered after the
+/// current record.
+///
+/// Registration and delivery agree on one sequence number: a new observer starts from a
+/// snapshot that no delivery has passed yet (``State/dispatched``), so it gets every commit
+/// after its snapshot and none before. Each key observer keeps its own last-seen bytes and
+/// sequence, so observers of one key registered at different moments each see exactly the
+/// changes after their own start.
+///
+/// When records are missing (pruned before this process read them, or damaged), or a client
+/// that bypasses the log wrote, the observed keys are compared with the store in the same
+/// snapshot, after every record before it was delivered, so logged changes keep their order.
 final class ObserverRegistry: Sendable {
-    /// A key observer: gets the old and new stored bytes of its key.
-    final class KeyObserver: Sendable {
-        /// Only records after this sequence are for this observer.
-        let asOf: UInt64
+    /// Whether an observer may still be called; shared by the registry and the token.
+    final class Activity: Sendable {
         let isActive = Atomic<Bool>(true)
-        let handler: @Sendable (_ old: [UInt8]?, _ new: [UInt8]?, _ sequence: UInt64) -> Void
-
-        init(asOf: UInt64, handler: @escaping @Sendable ([UInt8]?, [UInt8]?, UInt64) -> Void) {
-            self.asOf = asOf
-            self.handler = handler
-        }
     }
 
-    /// A commit observer: gets whole records.
-    final class CommitObserver: Sendable {
-        let asOf: UInt64
-        let isActive = Atomic<Bool>(true)
-        let handler: @Sendable (CommitRecord) -> Void
-
-        init(asOf: UInt64, handler: @escaping @Sendable (CommitRecord) -> Void) {
-            self.asOf = asOf
-            self.handler = handler
-        }
+    /// What a key observer knows of its key.
+    private enum Baseline {
+        /// The key's stored bytes (nil: not stored) as of the observer's position.
+        case known([UInt8]?)
+        /// The first read failed; the next comparison sets the baseline without a callback.
+        case unknown
     }
 
-    /// The observers of one key and the key's stored bytes as of `position`.
-    struct KeyEntry {
-        var bytes: [UInt8]?
+    private struct KeyObserver {
+        var baseline: Baseline
+        /// The sequence the baseline is as of; only later records are delivered.
         var position: UInt64
-        var observers: [UInt64: KeyObserver] = [:]
+        let activity: Activity
+        let handler: @Sendable (_ old: [UInt8]?, _ new: [UInt8]?, _ sequence: UInt64) -> Void
+    }
+
+    private struct CommitObserver {
+        /// Only records after this sequence are delivered.
+        let position: UInt64
+        let activity: Activity
+        let handler: @Sendable (CommitRecord) -> Void
     }
 
     private struct State {
-        var keys: [String: KeyEntry] = [:]
+        /// Observers by the key name's UTF-8 bytes (a name is its bytes; see `Key`).
+        var keys: [[UInt8]: [UInt64: KeyObserver]] = [:]
         var commitObservers: [UInt64: CommitObserver] = [:]
         var nextID: UInt64 = 0
         /// Every record up to this sequence has been delivered.
         var delivered: UInt64 = 0
+        /// The highest sequence whose delivery (or comparison) has begun; a new observer must
+        /// start from a snapshot at or after it.
+        var dispatched: UInt64 = 0
         /// Records up to this sequence are known to exist.
         var target: UInt64 = 0
         var isDelivering = false
-        /// Observed keys must be compared with the store (a write that bypassed the log).
-        var needsResynchronizing = false
+        /// Observed keys must be compared with the store (records missing, or an unlogged write).
+        var needsComparing = false
+        var watcher: ExternalWatcher?
+        var isClosed = false
         var isEmpty: Bool { keys.isEmpty && commitObservers.isEmpty }
     }
 
     private let state = Mutex(State())
+    /// Read on every commit without the lock; true from just before a registration's snapshot.
     private let hasObservers = Atomic<Bool>(false)
-    private let watcher = Mutex<ExternalWatcher?>(nil)
 
     // MARK: Registration
 
-    /// Adds a key observer. `current` and `sequence` are the key's bytes and the newest sequence
-    /// in one snapshot; `registered` runs under the registry lock, before any delivery can reach
-    /// the new observer.
+    /// Adds an observer of the key whose name has `name`'s bytes. `registered` gets the key's
+    /// stored bytes at the observer's start (nil when not stored or unreadable), under the
+    /// registry lock, before any delivery can reach the new observer: it must not block.
     func addKeyObserver(
-        name: String, current: [UInt8]?, sequence: UInt64, core: StoreCore,
+        name: [UInt8], core: StoreCore,
         handler: @escaping @Sendable ([UInt8]?, [UInt8]?, UInt64) -> Void,
-        registered: () -> Void = {}
+        registered: ([UInt8]?) -> Void = { _ in }
     ) -> ObservationToken {
-        let id = register(as: sequence, core: core) { state, id in
-            state.keys[name, default: KeyEntry(bytes: current, position: sequence)].observers[id] =
-                KeyObserver(asOf: sequence, handler: handler)
-            registered()
+        let activity = Activity()
+        let id = register(core: core, readingKey: name) { state, id, start in
+            let baseline: Baseline = start.map { .known($0.bytes) } ?? .unknown
+            state.keys[name, default: [:]][id] = KeyObserver(
+                baseline: baseline, position: start?.sequence ?? state.dispatched, activity: activity,
+                handler: handler)
+            registered(start?.bytes)
         }
-        return ObservationToken { [weak self] in self?.removeKeyObserver(name: name, id: id) }
-    }
-
-    /// Adds a commit observer for records after `sequence`.
-    func addCommitObserver(
-        sequence: UInt64, core: StoreCore, handler: @escaping @Sendable (CommitRecord) -> Void
-    ) -> ObservationToken {
-        let id = register(as: sequence, core: core) { state, id in
-            state.commitObservers[id] = CommitObserver(asOf: sequence, handler: handler)
+        return ObservationToken { [weak self] in
+            activity.isActive.store(false, ordering: .releasing)
+            self?.remove { state in
+                state.keys[name]?[id] = nil
+                if state.keys[name]?.isEmpty == true { state.keys[name] = nil }
+            }
         }
-        return ObservationToken { [weak self] in self?.removeCommitObserver(id: id) }
     }
 
-    /// Gives a new observer an ID and lets `insert` store it, under the lock; deliveries start
-    /// at `sequence` when it is the first observer. Starts the watcher.
-    private func register(as sequence: UInt64, core: StoreCore, _ insert: (inout State, UInt64) -> Void) -> UInt64 {
-        let id = state.withLock { state in
-            if state.isEmpty { state.delivered = max(state.delivered, sequence) }
-            state.target = max(state.target, sequence)
-            state.nextID += 1
-            insert(&state, state.nextID)
-            return state.nextID
+    /// Adds an observer of whole commit records, starting after the newest commit.
+    func addCommitObserver(core: StoreCore, handler: @escaping @Sendable (CommitRecord) -> Void) -> ObservationToken {
+        let activity = Activity()
+        let id = register(core: core, readingKey: nil) { state, id, start in
+            state.commitObservers[id] = CommitObserver(
+                position: start?.sequence ?? state.dispatched, activity: activity, handler: handler)
         }
-        hasObservers.store(true, ordering: .releasing)
-        watcher.withLock { watcher in
-            if watcher == nil { watcher = ExternalWatcher(core: core) }
+        return ObservationToken { [weak self] in
+            activity.isActive.store(false, ordering: .releasing)
+            self?.remove { $0.commitObservers[id] = nil }
         }
-        return id
     }
 
-    private func removeKeyObserver(name: String, id: UInt64) {
-        let removed = state.withLock { state -> KeyObserver? in
-            let observer = state.keys[name]?.observers.removeValue(forKey: id)
-            if state.keys[name]?.observers.isEmpty == true { state.keys[name] = nil }
-            return observer
+    /// Where a new observer starts: one snapshot's view.
+    private struct Start {
+        var bytes: [UInt8]?
+        var sequence: UInt64
+        var transactionID: Int
+    }
+
+    /// Reads a snapshot and inserts the observer at it, once no delivery has passed it; reads
+    /// again otherwise. A failed read is reported and the observer starts at the registry's
+    /// position with an unknown baseline, set by a comparison with the store at the next
+    /// delivery (it never replays old history).
+    private func register(
+        core: StoreCore, readingKey name: [UInt8]?, _ insert: (inout State, UInt64, Start?) -> Void
+    ) -> UInt64 {
+        // Before the snapshot: a commit the snapshot misses then sees the flag (the fence orders
+        // this store before the snapshot's reads; `didCommit` fences the other side).
+        hasObservers.store(true, ordering: .sequentiallyConsistent)
+        while true {
+            let localUnlogged = core.environment.localUnloggedCommits.load(ordering: .acquiring)
+            let start: Start?
+            do {
+                start = try core.environment.withRead { transaction in
+                    Start(
+                        bytes: try name.flatMap { try core.encodedValue(named: $0, in: transaction) },
+                        sequence: try core.lastSequence(in: transaction), transactionID: transaction.id)
+                }
+            } catch {
+                core.reporter.reportOnce(error)
+                start = nil
+            }
+            let id = state.withLock { state -> UInt64? in
+                if let start, state.dispatched > start.sequence { return nil }  // Delivery passed it: read again.
+                if state.isEmpty, let start {
+                    state.delivered = max(state.delivered, start.sequence)
+                    state.dispatched = max(state.dispatched, start.sequence)
+                }
+                if start == nil { state.needsComparing = true }
+                state.nextID += 1
+                insert(&state, state.nextID, start)
+                if state.watcher == nil, !state.isClosed {
+                    state.watcher = ExternalWatcher(
+                        core: core, transactionID: start?.transactionID ?? 0, sequence: start?.sequence ?? 0,
+                        localUnlogged: localUnlogged)
+                }
+                return state.nextID
+            }
+            if let id { return id }
         }
-        removed?.isActive.store(false, ordering: .releasing)
-        didRemove()
     }
 
-    private func removeCommitObserver(id: UInt64) {
-        let removed = state.withLock { $0.commitObservers.removeValue(forKey: id) }
-        removed?.isActive.store(false, ordering: .releasing)
-        didRemove()
+    /// Removes an observer; the last one's removal stops the watcher in the same step, so a
+    /// concurrent registration either sees the watcher running or starts a new one.
+    private func remove(_ body: (inout State) -> Void) {
+        let stopped = state.withLock { state -> ExternalWatcher? in
+            body(&state)
+            guard state.isEmpty else { return nil }
+            hasObservers.store(false, ordering: .releasing)
+            defer { state.watcher = nil }
+            return state.watcher
+        }
+        stopped?.stop()
     }
 
-    private func didRemove() {
-        guard state.withLock({ $0.isEmpty }) else { return }
-        hasObservers.store(false, ordering: .releasing)
-        stopWatcher()
+    /// Stops the watcher for good; the store is closing.
+    func close() {
+        let stopped = state.withLock { state -> ExternalWatcher? in
+            state.isClosed = true
+            defer { state.watcher = nil }
+            return state.watcher
+        }
+        stopped?.stop()
     }
 
-    /// The names of the keys that have observers.
-    var observedKeys: [String] { state.withLock { Array($0.keys.keys) } }
+    /// The names (UTF-8 bytes) of the keys that have observers.
+    private var observedKeys: [[UInt8]] { state.withLock { Array($0.keys.keys) } }
 
     // MARK: Delivery
 
     /// Called after a local commit: delivers `record` and anything before it not yet delivered.
     func didCommit(_ record: CommitRecord, core: StoreCore) {
-        guard hasObservers.load(ordering: .acquiring) else { return }
+        // Pairs with the fence of `register`: either the registration's snapshot saw this
+        // commit, or this load sees its flag.
+        atomicMemoryFence(ordering: .sequentiallyConsistent)
+        guard hasObservers.load(ordering: .relaxed) else { return }
         deliver(upTo: record.sequence, local: record, core: core)
     }
 
-    /// Asks for observed keys to be compared with the store, then delivers.
-    func requestResynchronizing(core: StoreCore) {
-        state.withLock { $0.needsResynchronizing = true }
-        deliver(upTo: 0, core: core)
-    }
-
-    private enum Work {
-        case records(after: UInt64, through: UInt64)
-        case resynchronize
-    }
-
-    /// Delivers every record up to `sequence`, reading from the log what is not in hand.
-    func deliver(upTo sequence: UInt64, local: CommitRecord? = nil, core: StoreCore) {
+    /// Delivers every record up to `sequence`, reading from the log what is not in hand; with
+    /// `compare`, then compares the observed keys with the store.
+    func deliver(upTo sequence: UInt64, compare: Bool = false, local: CommitRecord? = nil, core: StoreCore) {
         let starts = state.withLock { state in
             state.target = max(state.target, sequence)
-            guard !state.isDelivering, state.delivered < state.target || state.needsResynchronizing else {
-                return false
-            }
+            if compare { state.needsComparing = true }
+            guard !state.isDelivering, state.delivered < state.target || state.needsComparing else { return false }
             state.isDelivering = true
             return true
         }
         guard starts else { return }
         while let work = nextWork() {
             do {
-                guard case .records(let from, let to) = work else {
-                    try resynchronize(core)
-                    continue
-                }
-                let records: [CommitRecord]
-                if let local, from + 1 == to, local.sequence == to {
-                    records = [local]
+                if !work.compare, let local, work.from + 1 == work.target, local.sequence == work.target {
+                    dispatch(local)
+                    finish(through: local.sequence)
                 } else {
-                    records = try core.environment.withRead { transaction in
-                        try core.commits(after: from, limit: Int(to - from), in: transaction)
-                    }
+                    try deliverFromStore(after: work.from, compare: work.compare, core: core)
                 }
-                if records.first.map({ $0.sequence > from + 1 }) ?? true {
-                    // The records this process needed were pruned: compare instead.
-                    try resynchronize(core)
-                }
-                for record in records where record.sequence > from { dispatch(record) }
-                state.withLock { $0.delivered = max($0.delivered, to) }
             } catch {
-                core.reporter.report(error)
-                state.withLock { $0.isDelivering = false }
+                // The store could not be read: report, and compare at the next delivery, which
+                // any later commit starts, instead of retrying now.
+                core.reporter.reportOnce(error)
+                state.withLock { state in
+                    state.needsComparing = true
+                    state.isDelivering = false
+                }
                 return
             }
         }
     }
 
+    private struct Work {
+        var from: UInt64
+        var target: UInt64
+        var compare: Bool
+    }
+
     /// What to deliver next, or nil (and delivery ends) when everything known is delivered.
     private func nextWork() -> Work? {
         state.withLock { state in
-            if state.needsResynchronizing {
-                state.needsResynchronizing = false
-                return .resynchronize
-            }
-            guard state.delivered < state.target else {
+            guard state.delivered < state.target || state.needsComparing else {
                 state.isDelivering = false
                 return nil
             }
-            return .records(after: state.delivered, through: state.target)
+            defer { state.needsComparing = false }
+            return Work(from: state.delivered, target: state.target, compare: state.needsComparing)
         }
     }
 
-    private func dispatch(_ record: CommitRecord) {
-        for change in record.changes {
-            let calls = state.withLock { state -> (old: [UInt8]?, observers: [KeyObserver])? in
-                guard var entry = state.keys[change.key], entry.position < record.sequence else { return nil }
-                let old = entry.bytes
-                entry.bytes = change.encodedValue
-                entry.position = record.sequence
-                state.keys[change.key] = entry
-                guard old != change.encodedValue else { return nil }
-                return (old, entry.observers.values.filter { $0.asOf < record.sequence })
-            }
-            guard let calls else { continue }
-            notify(calls.observers, old: calls.old, new: change.encodedValue, sequence: record.sequence)
+    private func finish(through sequence: UInt64) {
+        state.withLock { state in
+            state.delivered = max(state.delivered, sequence)
+            state.dispatched = max(state.dispatched, sequence)
+            state.target = max(state.target, sequence)
         }
-        let commitObservers = state.withLock { $0.commitObservers.values.filter { $0.asOf < record.sequence } }
-        for observer in commitObservers where observer.isActive.load(ordering: .acquiring) {
+    }
+
+    /// Reads, in one snapshot, every record after `from` and, when some are missing or
+    /// `compare` asks, the observed keys' values; delivers the records, then the differences.
+    private func deliverFromStore(after from: UInt64, compare: Bool, core: StoreCore) throws {
+        let names = observedKeys
+        let batch = try core.environment.withRead { transaction in
+            let log = try core.readLog(after: from, in: transaction)
+            let values =
+                compare || log.isIncomplete
+                ? try names.map { try core.encodedValue(named: $0, in: transaction) } : nil
+            return (log: log, values: values)
+        }
+        for damaged in batch.log.damaged { core.reporter.reportOnce(damaged) }
+        for record in batch.log.records { dispatch(record) }
+        if let values = batch.values {
+            self.compare(zip(names, values), at: batch.log.newest)
+        }
+        finish(through: batch.log.newest)
+    }
+
+    /// Delivers one record: the key observers positioned before it, then the commit observers.
+    private func dispatch(_ record: CommitRecord) {
+        let sequence = record.sequence
+        let (keyCalls, commitCalls) = state.withLock { state -> ([Call], [CommitObserver]) in
+            state.dispatched = max(state.dispatched, sequence)
+            var calls: [Call] = []
+            for change in record.changes {
+                let name = Array(change.key.utf8)
+                calls += Self.advance(&state.keys[name], to: change.encodedValue, at: sequence, after: sequence - 1)
+            }
+            return (calls, state.commitObservers.values.filter { $0.position < sequence })
+        }
+        for call in keyCalls { call.run() }
+        for observer in commitCalls where observer.activity.isActive.load(ordering: .acquiring) {
             observer.handler(record)
         }
     }
 
-    /// Compares every observed key with the store and reports the keys that differ: used when
-    /// log records were pruned before this process read them, and when a client that bypasses
-    /// the log wrote.
-    private func resynchronize(_ core: StoreCore) throws {
-        let names = observedKeys
-        guard !names.isEmpty else { return }
-        let (current, sequence) = try core.environment.withRead { transaction in
-            let values = try names.map { try core.encodedValue(named: Array($0.utf8), in: transaction) }
-            return (values, try core.lastSequence(in: transaction))
-        }
-        for (name, bytes) in zip(names, current) {
-            let calls = state.withLock { state -> (old: [UInt8]?, observers: [KeyObserver])? in
-                guard var entry = state.keys[name], entry.bytes != bytes else { return nil }
-                let old = entry.bytes
-                entry.bytes = bytes
-                entry.position = max(entry.position, sequence)
-                state.keys[name] = entry
-                return (old, Array(entry.observers.values))
+    /// Compares each observed key's observers with the store's bytes as of `sequence`.
+    private func compare(_ values: some Sequence<([UInt8], [UInt8]?)>, at sequence: UInt64) {
+        let calls = state.withLock { state -> [Call] in
+            state.dispatched = max(state.dispatched, sequence)
+            var calls: [Call] = []
+            for (name, bytes) in values {
+                calls += Self.advance(&state.keys[name], to: bytes, at: sequence, after: sequence)
             }
-            guard let calls else { continue }
-            notify(calls.observers, old: calls.old, new: bytes, sequence: sequence)
+            return calls
         }
+        for call in calls { call.run() }
     }
 
-    /// Calls the key observers that are still active, outside the lock.
-    private func notify(_ observers: [KeyObserver], old: [UInt8]?, new: [UInt8]?, sequence: UInt64) {
-        for observer in observers where observer.isActive.load(ordering: .acquiring) {
+    /// One callback to make outside the lock.
+    private struct Call {
+        let observer: KeyObserver
+        let old: [UInt8]?
+        let new: [UInt8]?
+        let sequence: UInt64
+
+        func run() {
+            guard observer.activity.isActive.load(ordering: .acquiring) else { return }
             observer.handler(old, new, sequence)
         }
     }
 
-    /// Stops the watcher; the store is closing.
-    func close() { stopWatcher() }
-
-    private func stopWatcher() {
-        let stopped = watcher.withLock { watcher in
-            defer { watcher = nil }
-            return watcher
+    /// Moves a key's observers positioned at or before `limit` to `bytes` at `sequence`;
+    /// returns the calls to make for those to which that is a change.
+    private static func advance(
+        _ observers: inout [UInt64: KeyObserver]?, to bytes: [UInt8]?, at sequence: UInt64, after limit: UInt64
+    ) -> [Call] {
+        guard var all = observers else { return [] }
+        var calls: [Call] = []
+        for (id, observer) in all where observer.position <= limit {
+            var moved = observer
+            moved.baseline = .known(bytes)
+            moved.position = sequence
+            all[id] = moved
+            if case .known(let old) = observer.baseline, old != bytes {
+                calls.append(Call(observer: observer, old: old, new: bytes, sequence: sequence))
+            }
         }
-        stopped?.stop()
+        observers = all
+        return calls
+    }
+}
+
+extension StoreCore {
+    /// Log records read for delivery: damaged ones are skipped and reported, not fatal.
+    struct LogBatch {
+        var records: [CommitRecord] = []
+        var damaged: [PersistentDefaultsError] = []
+        /// The newest sequence seen (the start when there is none).
+        var newest: UInt64
+        /// Whether a record after the start is missing or damaged.
+        var isIncomplete = false
+    }
+
+    /// Every record after `sequence` in `transaction`, in order; a record that is missing
+    /// (pruned) or damaged makes the batch incomplete instead of failing it.
+    func readLog(after sequence: UInt64, in transaction: Transaction) throws -> LogBatch {
+        var batch = LogBatch(newest: sequence)
+        guard sequence < .max else { return batch }
+        try sequenceKey(sequence + 1).withUnsafeBytes { start in
+            try transaction.forEach(databases.log, from: start) { key, value in
+                guard let number = logSequence(fromKey: key) else {
+                    batch.isIncomplete = true
+                    batch.damaged.append(.corruptLogRecord(sequence: 0, reason: "a log key is not 8 bytes"))
+                    return true
+                }
+                if number != batch.newest &+ 1 { batch.isIncomplete = true }
+                batch.newest = number
+                do throws(PersistentDefaultsError) {
+                    batch.records.append(try CommitRecord(sequence: number, bytes: value))
+                } catch {
+                    batch.isIncomplete = true
+                    batch.damaged.append(error)
+                }
+                return true
+            }
+        }
+        return batch
     }
 }

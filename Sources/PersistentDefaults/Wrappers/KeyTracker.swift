@@ -43,11 +43,14 @@ final class KeyTracker: Observable, Sendable {
 
 extension StoreCore {
     /// The tracker of `key` in this store, made once per key name.
-    func tracker<Value>(for key: PersistentDefaults.Key<Value>, store: PersistentDefaults) -> KeyTracker {
+    func tracker<Value>(for key: PersistentDefaults.Key<Value>) -> KeyTracker {
         trackers.withLock { trackers in
             if let tracker = trackers[key.name] { return tracker }
-            let tracker = KeyTracker { [weak store] tracker in
-                store?.observe(key) { [weak tracker] _ in tracker?.changed() } ?? ObservationToken {}
+            // Through the core, not the handle that asked first: that handle may be gone by the
+            // first read, and the core lives as long as any handle (and owns the tracker).
+            let tracker = KeyTracker { [weak self] tracker in
+                self?.observe(key, registered: { _ in }, deliver: { [weak tracker] _ in tracker?.changed() })
+                    ?? ObservationToken {}
             }
             trackers[key.name] = tracker
             return tracker

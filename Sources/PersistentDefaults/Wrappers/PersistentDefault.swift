@@ -32,7 +32,7 @@ public struct PersistentDefault<Value: Sendable>: Sendable {
     public init(_ key: PersistentDefaults.Key<Value>, in store: PersistentDefaults = .standard) {
         self.store = store
         self.key = key
-        tracker = store.core.tracker(for: key, store: store)
+        tracker = store.core.tracker(for: key)
     }
 
     /// A property for a key type (seed-003 style), with its hooks and conversion.
