@@ -1,0 +1,214 @@
+import Foundation
+import PersistentDefaults
+import Synchronization
+import Testing
+
+/// Regression tests for the group-commit and observer defects of issue 10: each ran into the
+/// defect before its fix (a failed expectation or a timeout, never a hang of the suite).
+@Suite struct ConcurrencyRegressionTests {
+    /// Runs `body(thread)` on `count` threads at once and waits for all of them.
+    private func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
+        let group = DispatchGroup()
+        for thread in 0..<count {
+            group.enter()
+            Thread {
+                body(thread)
+                group.leave()
+            }.start()
+        }
+        group.wait()
+    }
+
+    @Test func aBadKeyNameFailsOnlyItsOwnGroupCommittedWrite() throws {
+        try withTemporaryStore { store, _, _ throws in  // .sync: group commit
+            let failedGoodWrites = Counter()
+            let refusedBadWrites = Counter()
+            let badNames = ["", String(repeating: "x", count: 600)]
+            onThreads(8) { thread in
+                if thread < 2 {
+                    let bad = PersistentDefaults.Key<Int>(badNames[thread], default: 0)
+                    for _ in 0..<60 {
+                        do { try store.remove(bad) } catch PersistentDefaultsError.invalidKeyName {
+                            refusedBadWrites.increment()
+                        } catch {}
+                    }
+                } else {
+                    let key = PersistentDefaults.Key<Int>("good\(thread)", default: -1)
+                    for value in 0..<60 {
+                        do { try store.set(value, for: key) } catch { failedGoodWrites.increment() }
+                    }
+                }
+            }
+            #expect(failedGoodWrites.value == 0)
+            #expect(refusedBadWrites.value == 120)
+            for thread in 2..<8 {
+                #expect(store[PersistentDefaults.Key<Int>("good\(thread)", default: -1)] == 59)
+            }
+        }
+    }
+
+    @Test func anObserverThatWaitsForAnotherThreadsDurableSetDoesNotDeadlock() throws {
+        try withTemporaryStore { store, _, _ throws in  // .sync: the leader used to keep the lead
+            let other = PersistentDefaults.Key<Int>("other", default: 0)
+            let waits = Events<DispatchTimeoutResult>()
+            let seen = Events<Int>()
+            let token = store.observe(.launchCount) { change in
+                let done = DispatchSemaphore(value: 0)
+                Thread {
+                    try? store.set(change.newValue, for: other)
+                    done.signal()
+                }.start()
+                waits.append(done.wait(timeout: .now() + 5))
+            }
+            let otherToken = store.observe(other) { seen.append($0.newValue) }
+            onThreads(4) { thread in
+                for round in 0..<3 { try? store.set(thread * 10 + round + 1, for: .launchCount) }
+            }
+            // Sets of one key in one batch are one change: at least one callback, each of which
+            // got its answer (before the fix each waited out its timeout: the leader kept the lead).
+            #expect(!waits.all.isEmpty)
+            #expect(waits.all.allSatisfy { $0 == .success })
+            #expect(seen.wait(forCount: 1))
+            _ = (token, otherToken)
+        }
+    }
+
+    @Test func anObserverRegisteredWhileOthersCommitMissesNoCommit() async throws {
+        try await withTemporaryDirectoryAsync { path in
+            var options = PersistentDefaults.Options()
+            options.durability = .bounded(interval: .seconds(10))
+            let store = try PersistentDefaults(path: path, options: options)
+            let total = 3_000
+            let finished = DispatchSemaphore(value: 0)
+            Thread {
+                for _ in 0..<total { try? store.write { $0[.launchCount] += 1 } }
+                finished.signal()
+            }.start()
+            // Observers registered at random moments while the writer runs: each sees an unbroken
+            // chain of +1 changes from its start, ending at the final value.
+            var chains: [Events<KeyChange<Int>>] = []
+            var tokens: [ObservationToken] = []
+            var streams: [AsyncStream<Int>] = []
+            for index in 0..<150 {
+                let chain = Events<KeyChange<Int>>()
+                chains.append(chain)
+                tokens.append(store.observe(.launchCount) { chain.append($0) })
+                if index.isMultiple(of: 3) { streams.append(store.updates(for: .launchCount)) }
+                await Task.yield()
+            }
+            #expect(finished.wait(timeout: .now() + 120) == .success)
+            for chain in chains {
+                // From its first change's old value up to the total, one change per commit.
+                #expect(chain.wait(forCount: total - (chain.all.first?.oldValue ?? total), timeout: 5))
+            }
+            for chain in chains {
+                let changes = chain.all
+                #expect(changes.last.map { $0.newValue == total } ?? true)
+                #expect(zip(changes, changes.dropFirst()).allSatisfy { $0.newValue == $1.oldValue })
+                #expect(changes.allSatisfy { $0.newValue == $0.oldValue + 1 && $0.sequence == UInt64($0.newValue) })
+            }
+            for stream in streams {
+                let reached = await withTaskGroup(of: Bool.self) { group in
+                    group.addTask {
+                        for await value in stream where value == total { return true }
+                        return false
+                    }
+                    group.addTask {
+                        try? await Task.sleep(for: .seconds(10))  // a timeout, not synchronisation
+                        return false
+                    }
+                    let first = await group.next() ?? false
+                    group.cancelAll()
+                    return first
+                }
+                #expect(reached)
+            }
+            _ = tokens
+        }
+    }
+
+    @Test func registeringAndCancellingFromManyThreadsLeavesDeliveryAndTheWatcherWorking() throws {
+        try withTemporaryStore { store, path, _ throws in
+            onThreads(6) { thread in
+                for round in 0..<200 {
+                    let token = store.observe(.launchCount) { _ in }
+                    if thread == 0, round.isMultiple(of: 10) { store[.launchCount] += 1 }
+                    token.cancel()
+                }
+            }
+            let changes = Events<KeyChange<Int>>()
+            let token = store.observe(.launchCount) { changes.append($0) }
+            // Another process's commit reaches this process only through the watcher.
+            #expect(try runProduct("pd-worker", ["increment", path, "launchCount", "1"]).status == 0)
+            #expect(changes.wait(forCount: 1))
+            #expect(changes.all.first.map { $0.newValue == $0.oldValue + 1 } == true)
+            _ = token
+        }
+    }
+
+    @Test func aDamagedLogRecordIsReportedOnceAndObserversKeepGoing() throws {
+        let hasPythonLMDB = (try? runPython("import lmdb")) == 0
+        try withTemporaryStore { store, path, errors throws in
+            guard hasPythonLMDB else {
+                Issue.record("python3 with the lmdb package is required (tools/setup installs it)")
+                return
+            }
+            let changes = Events<KeyChange<Int>>()
+            let token = store.observe(.launchCount) { changes.append($0) }
+            let refused = store.observe(PersistentDefaults.Key<Int>("", default: 0)) { _ in }
+            store[.launchCount] = 1
+            // Another client appends a damaged record 2 and sets the value behind the log's back.
+            let script = """
+                import lmdb, sys
+                env = lmdb.open(sys.argv[1], max_dbs=8, subdir=True)
+                log = env.open_db(b"log")
+                values = env.open_db(b"values")
+                with env.begin(write=True) as txn:
+                    txn.put((2).to_bytes(8, "big"), b"\\x01garbage", db=log)
+                    txn.put(b"launchCount", bytes([2]) + (5).to_bytes(8, "big"), db=values)
+                """
+            #expect(try runPython(script, path) == 0)
+            #expect(changes.wait(forCount: 2))  // the unlogged change, found by comparing
+            for value in 6...8 { store[.launchCount] = value }
+            #expect(changes.wait(forCount: 5))
+            #expect(changes.all.map(\.newValue) == [1, 5, 6, 7, 8])
+            #expect(changes.all.map(\.oldValue) == [0, 1, 5, 6, 7])
+            let corrupt = errors.all.filter {
+                if case .corruptLogRecord = $0 { return true } else { return false }
+            }
+            #expect(corrupt.count == 1)
+            #expect(
+                errors.all.contains {
+                    if case .invalidKeyName = $0 { return true } else { return false }
+                })
+            _ = (token, refused)
+        }
+    }
+
+    @Test func aCallbackThatClosesAndOpensStoresAndCancelsItsTokenDoesNotDeadlock() throws {
+        try withTemporaryDirectory { path in
+            let otherPath = path + "-other"
+            defer { try? FileManager.default.removeItem(atPath: otherPath) }
+            let done = Events<Bool>()
+            let holder = Mutex<ObservationToken?>(nil)
+            do {
+                let store = try PersistentDefaults(path: path)
+                holder.withLock { token in
+                    token = store.observe(.launchCount) { _ in
+                        // On the watcher thread: opens and closes another store, cancels itself.
+                        let other = try? PersistentDefaults(path: otherPath)
+                        other?[.launchCount] = 1
+                        holder.withLock { $0 }?.cancel()
+                        done.append(true)
+                    }
+                }
+                #expect(try runProduct("pd-worker", ["increment", path, "launchCount", "1"]).status == 0)
+                #expect(done.wait(forCount: 1))
+            }
+            // The last handle is gone: the store closes while its watcher may still be running.
+            holder.withLock { $0 = nil }
+            let reopened = try PersistentDefaults(path: path)
+            #expect(reopened[.launchCount] == 1)
+        }
+    }
+}
