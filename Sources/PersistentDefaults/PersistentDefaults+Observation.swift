@@ -13,9 +13,12 @@ extension PersistentDefaults {
     /// - Never for a transaction that aborted or threw, never for a write that left the value as
     ///   it was, and once per transaction however often the key was written in it.
     /// - In commit order, also for commits made by other processes (noticed within 15 ms).
+    /// - Every commit after the observer's start is delivered, none before.
     /// - Without `queue`, the callback runs on the committing thread before `set`/`write`
-    ///   returns (for other processes' commits: on the store's watcher thread). With `queue`, it
-    ///   is dispatched there asynchronously, in order for a serial queue.
+    ///   returns, unless another thread is delivering then, which delivers it next (for other
+    ///   processes' commits: on the store's watcher thread). With `queue`, it is dispatched there
+    ///   asynchronously, in order for a serial queue.
+    /// - A key with an invalid name is reported through ``Options/errorHandler`` and not observed.
     /// - The callback may read and write the store; its writes are new commits, delivered after.
     /// - A stored value that does not decode as `Value` is reported through
     ///   ``Options/errorHandler``; such a change is not delivered.

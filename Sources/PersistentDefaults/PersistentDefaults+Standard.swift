@@ -22,22 +22,43 @@ extension PersistentDefaults {
     ///
     /// Opened on first use. If it cannot be opened, the error is passed to the configured
     /// ``Options/errorHandler`` and a store in a new temporary directory stands in, so that the
-    /// app keeps running; nothing written there outlives the process's temporary directory.
+    /// app keeps running; nothing written there outlives the process's temporary directory. Only
+    /// when no temporary directory (nor `/dev/shm`) can hold a store either does it stop the
+    /// process, naming every failure: a non-throwing property has nothing left to return. Code
+    /// that must never stop uses ``openStandard()``, which throws instead.
     public static var standard: PersistentDefaults {
         standardState.withLock { state in
             if let store = state.store { return store }
-            let path = state.path ?? standardPath
             let store: PersistentDefaults
             do {
-                store = try PersistentDefaults(path: path, options: state.options)
+                store = try open(&state)
             } catch {
                 state.options.errorHandler(
-                    error as? PersistentDefaultsError ?? .notAStore(path: path, reason: "\(error)"))
+                    error as? PersistentDefaultsError ?? .notAStore(path: state.path ?? standardPath, reason: "\(error)"))
                 store = temporaryStandIn(options: state.options)
             }
             state.store = store
             return store
         }
+    }
+
+    /// The store ``standard`` gives, opened now if it is not open yet; throws what opening it
+    /// throws instead of standing in a temporary store.
+    ///
+    /// ```swift
+    /// let settings = try PersistentDefaults.openStandard()
+    /// ```
+    public static func openStandard() throws -> PersistentDefaults {
+        try standardState.withLock { state in
+            if let store = state.store { return store }
+            let store = try open(&state)
+            state.store = store
+            return store
+        }
+    }
+
+    private static func open(_ state: inout StandardState) throws -> PersistentDefaults {
+        try PersistentDefaults(path: state.path ?? standardPath, options: state.options)
     }
 
     /// Where ``standard`` lives unless configured: `$PERSISTENT_DEFAULTS_PATH`, else

@@ -11,7 +11,8 @@
 /// through the non-throwing subscript that fails makes the whole transaction throw and write
 /// nothing.
 public final class WriteTransaction {
-    unowned let core: StoreCore
+    // Strong: a kept reference must throw, not trap, after the store is released.
+    let core: StoreCore
     private let transaction: Transaction
     private var isValid = true
     private var firstError: (any Error)?
@@ -181,7 +182,8 @@ public final class WriteTransaction {
 ///
 /// Every read in one snapshot sees the same committed state. Valid only inside the closure.
 public final class Snapshot {
-    unowned let core: StoreCore
+    // Strong: a kept reference must throw, not trap, after the store is released.
+    let core: StoreCore
     private let transaction: Transaction
     private var isValid = true
 

@@ -20,6 +20,8 @@ import PersistentDefaults
 //   pd-worker probe-read-only DIR KEY      opens read-only, prints the Int KEY, then tries a write
 //                                          and a writable open; prints what each did
 //
+//   pd-worker open-standard                PersistentDefaults.openStandard(); prints "opened PATH"
+//
 //   pd-worker observe-idle DIR KEY SECONDS  observe KEY while idle; print the CPU time used
 //
 // Environment: PD_LOG_RETENTION sets the log retention, PD_DURABILITY=bounded the bounded
@@ -59,6 +61,10 @@ func run(_ arguments: [String]) -> ExitCode {
         case ("set-loop", 3):
             guard let threads = Int(arguments[2]) else { return .usage }
             try setLoop(path: arguments[1], threads: threads)
+        case ("open-standard", 1):
+            // PERSISTENT_DEFAULTS_PATH chooses the directory; the throwing form must throw.
+            let store = try PersistentDefaults.openStandard()
+            say("opened \(store.path)")
         case ("hold-read", 2):
             let store = try PersistentDefaults(path: arguments[1], options: options())
             try store.read { _ in

@@ -211,4 +211,30 @@ import Testing
             #expect(reopened[.launchCount] == 1)
         }
     }
+
+    @Test func aKeptSnapshotOrTransactionThrowsAfterTheStoreIsReleased() throws {
+        try withTemporaryDirectory { path in
+            var keptSnapshot: Snapshot?
+            var keptTransaction: WriteTransaction?
+            do {
+                let store = try PersistentDefaults(path: path)
+                store[.launchCount] = 3
+                try store.read { keptSnapshot = $0 }
+                try store.write { keptTransaction = $0 }
+            }
+            #expect(throws: PersistentDefaultsError.self) { try keptSnapshot?.value(for: .launchCount) }
+            #expect(keptSnapshot?[.launchCount] == 0)
+            #expect(throws: PersistentDefaultsError.self) { try keptTransaction?.set(1, for: .launchCount) }
+        }
+    }
+
+    @Test func openStandardThrowsWhereStandardWouldStandIn() throws {
+        try withTemporaryDirectory { path in
+            try Data("not a directory".utf8).write(to: URL(fileURLWithPath: path))
+            let result = try runProduct("pd-worker", ["open-standard"], environment: ["PERSISTENT_DEFAULTS_PATH": path])
+            #expect(result.status == 3)
+            #expect(result.stderr.contains("not a directory") || result.stderr.contains("notAStore"))
+            #expect(try String(contentsOfFile: path, encoding: .utf8) == "not a directory")
+        }
+    }
 }

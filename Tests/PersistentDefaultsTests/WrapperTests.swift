@@ -284,5 +284,7 @@ private final class ExampleUserDefault {
         #expect(throws: PersistentDefaultsError.self) {
             try PersistentDefaults.configureStandard(path: "/tmp/elsewhere")
         }
+        // The throwing form gives the same store.
+        #expect((try? PersistentDefaults.openStandard()) === PersistentDefaults.standard)
     }
 }

@@ -26,8 +26,10 @@ public final class ObservationToken: Sendable {
         cancellation.withLock { $0 = cancel }
     }
 
-    /// Stops the observation. A callback already running on another thread may finish; no other
-    /// starts after this returns. Calling it again does nothing.
+    /// Stops the observation; never waits for a callback, so a callback that waits for the
+    /// calling thread cannot deadlock with it. A callback that another thread is already
+    /// delivering may still run once; none is started for a commit delivered after this
+    /// returns. Calling it again does nothing.
     public func cancel() {
         let cancel = cancellation.withLock { action in
             defer { action = nil }
