@@ -108,22 +108,33 @@ import Testing
                 #expect(changes.allSatisfy { $0.newValue == $0.oldValue + 1 && $0.sequence == UInt64($0.newValue) })
             }
             for stream in streams {
-                let reached = await withTaskGroup(of: Bool.self) { group in
-                    group.addTask {
-                        for await value in stream where value == total { return true }
-                        return false
-                    }
-                    group.addTask {
-                        try? await Task.sleep(for: .seconds(10))  // a timeout, not synchronisation
-                        return false
-                    }
-                    let first = await group.next() ?? false
-                    group.cancelAll()
-                    return first
-                }
-                #expect(reached)
+                #expect(await firstValue(in: stream, timeout: 10) { $0 == total })
             }
             _ = tokens
+        }
+    }
+
+    @Test func aFirstObserverRegisteredDuringACommitSeesIt() async throws {
+        try await withTemporaryDirectoryAsync { path in
+            var options = PersistentDefaults.Options()
+            options.durability = .bounded(interval: .seconds(10))
+            let store = try PersistentDefaults(path: path, options: options)
+            var stuck = 0
+            for round in 1...300 {
+                // The registry is empty each round; a commit races with the registration.
+                let go = DispatchSemaphore(value: 0)
+                let committed = DispatchSemaphore(value: 0)
+                Thread {
+                    go.wait()
+                    store[.launchCount] = round
+                    committed.signal()
+                }.start()
+                go.signal()
+                let stream = store.updates(for: .launchCount)
+                committed.wait()
+                if !(await firstValue(in: stream, timeout: 5) { $0 == round }) { stuck += 1 }
+            }
+            #expect(stuck == 0)
         }
     }
 
@@ -212,6 +223,26 @@ import Testing
         }
     }
 
+    @Test func cancellingWhileTheCallbackWaitsForTheCancellingThreadDoesNotDeadlock() throws {
+        try withTemporaryStore { store, path, _ throws in
+            let entered = DispatchSemaphore(value: 0)
+            let proceed = DispatchSemaphore(value: 0)
+            let finished = Events<Bool>()
+            let token = store.observe(.launchCount) { _ in
+                entered.signal()
+                // Waits for the thread that cancels (as a hop to the main queue would).
+                finished.append(proceed.wait(timeout: .now() + 5) == .success)
+            }
+            // Another process's commit: delivered on the watcher thread.
+            #expect(try runProduct("pd-worker", ["increment", path, "launchCount", "1"]).status == 0)
+            #expect(entered.wait(timeout: .now() + 10) == .success)
+            token.cancel()  // used to join the watcher thread, which waited for this thread
+            proceed.signal()
+            #expect(finished.wait(forCount: 1))
+            #expect(finished.all == [true])
+        }
+    }
+
     @Test func aKeptSnapshotOrTransactionThrowsAfterTheStoreIsReleased() throws {
         try withTemporaryDirectory { path in
             var keptSnapshot: Snapshot?
@@ -236,5 +267,24 @@ import Testing
             #expect(result.stderr.contains("not a directory") || result.stderr.contains("notAStore"))
             #expect(try String(contentsOfFile: path, encoding: .utf8) == "not a directory")
         }
+    }
+}
+
+/// Whether `stream` yields a value that satisfies `predicate` within `timeout` seconds.
+func firstValue<Value: Sendable>(
+    in stream: AsyncStream<Value>, timeout: Double, where predicate: @escaping @Sendable (Value) -> Bool
+) async -> Bool {
+    await withTaskGroup(of: Bool.self) { group in
+        group.addTask {
+            for await value in stream where predicate(value) { return true }
+            return false
+        }
+        group.addTask {
+            try? await Task.sleep(for: .seconds(timeout))  // a timeout, not synchronisation
+            return false
+        }
+        let first = await group.next() ?? false
+        group.cancelAll()
+        return first
     }
 }
