@@ -11,7 +11,7 @@ extension PersistentDefaults {
         var store: PersistentDefaults?
     }
 
-    private static let standardState = Mutex(StandardState())
+    private static let standardState = Locked(StandardState())
 
     /// The process-wide store that property wrappers use when no store is given.
     ///

@@ -86,7 +86,7 @@ extension PersistentDefaultsKey where Conversion.Stored: Codable {
 
 /// The `Key` of each key type, so that names and codecs are worked out once.
 enum KeyTypeCache {
-    private static let keys = Mutex<[ObjectIdentifier: any Sendable]>([:])
+    private static let keys = Locked<[ObjectIdentifier: any Sendable]>([:])
 
     static func key<K: PersistentDefaultsKey>(for type: K.Type) -> PersistentDefaults.Key<K.Value>
     where K.Conversion.Stored: Codable {

@@ -228,7 +228,7 @@ final class StoreCore: Sendable {
 /// Passes errors to the handler; decoding failures only once per key and reason.
 final class ErrorReporter: Sendable {
     private let handler: @Sendable (PersistentDefaultsError) -> Void
-    private let reported = Mutex<Set<String>>([])
+    private let reported = Locked<Set<String>>([])
 
     init(handler: @escaping @Sendable (PersistentDefaultsError) -> Void) { self.handler = handler }
 

@@ -12,7 +12,7 @@ enum StoreRegistry {
         var handles: Int
     }
 
-    private static let stores = Mutex<[String: Entry]>([:])
+    private static let stores = Locked<[String: Entry]>([:])
 
     static func acquire(path: String, options: PersistentDefaults.Options) throws -> StoreCore {
         try stores.withLock { stores in

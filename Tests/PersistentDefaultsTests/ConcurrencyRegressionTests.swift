@@ -201,7 +201,7 @@ import Testing
             let otherPath = path + "-other"
             defer { try? FileManager.default.removeItem(atPath: otherPath) }
             let done = Events<Bool>()
-            let holder = Mutex<ObservationToken?>(nil)
+            let holder = Guarded<ObservationToken?>(nil)
             do {
                 let store = try PersistentDefaults(path: path)
                 holder.withLock { token in

@@ -8,7 +8,7 @@ import Testing
 /// for a line with a timeout instead of sleeping.
 private final class Child: Sendable {
     let process: Process
-    private let output = Mutex(Data())
+    private let output = Guarded(Data())
     private let arrived = DispatchSemaphore(value: 0)
 
     init(_ arguments: [String], environment: [String: String] = [:]) throws {
@@ -364,7 +364,7 @@ struct BadInputReliabilityTests {
 
     @Test func theCrashCheckerPassesAnHonestStoreAndCatchesALostOrTornCommit() throws {
         try withTemporaryDirectory { path throws in
-            let acknowledged = Mutex<[(number: UInt64, entries: [CrashPayload.Entry])]>([])
+            let acknowledged = Guarded<[(number: UInt64, entries: [CrashPayload.Entry])]>([])
             try CrashWriter.run(path: path, seed: 9, options: .init(), limit: 40) { number, entries in
                 acknowledged.withLock { $0.append((number, entries)) }
             }

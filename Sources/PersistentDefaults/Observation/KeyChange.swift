@@ -20,7 +20,7 @@ public struct KeyChange<Value: Sendable>: Sendable {
 /// token.cancel()
 /// ```
 public final class ObservationToken: Sendable {
-    private let cancellation = Mutex<(@Sendable () -> Void)?>(nil)
+    private let cancellation = Locked<(@Sendable () -> Void)?>(nil)
 
     init(_ cancel: @escaping @Sendable () -> Void) {
         cancellation.withLock { $0 = cancel }

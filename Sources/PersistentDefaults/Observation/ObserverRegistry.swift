@@ -68,7 +68,7 @@ final class ObserverRegistry: Sendable {
         var isEmpty: Bool { keys.isEmpty && commitObservers.isEmpty }
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
     /// Read on every commit without the lock; true from just before a registration's snapshot.
     private let hasObservers = Atomic<Bool>(false)
 

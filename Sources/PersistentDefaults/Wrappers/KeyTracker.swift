@@ -10,7 +10,7 @@ import Synchronization
 final class KeyTracker: Observable, Sendable {
     private let registrar = ObservationRegistrar()
     private let changes = Atomic<Int>(0)
-    private let observation = Mutex<ObservationToken?>(nil)
+    private let observation = Locked<ObservationToken?>(nil)
     private let isStarted = Atomic<Bool>(false)
     private let start: @Sendable (KeyTracker) -> ObservationToken
 
