@@ -203,6 +203,11 @@ private func roundTrip<Value: Codable & Equatable & Sendable>(
             let key = PersistentDefaults.Key<Date>("legacy", default: .distantPast)
             #expect(try store.value(for: key) == Date(timeIntervalSince1970: legacy))
             #expect(try store.verify().isEmpty)
+            // Setting the same date again is no change, though its bytes would now be tag 0x0B.
+            let sequence = try store.lastSequence()
+            try store.set(Date(timeIntervalSince1970: legacy), for: key)
+            #expect(try store.lastSequence() == sequence)
+            #expect(try store.read { try $0.commits(after: 0) }.count == 1)
         }
     }
 
