@@ -74,7 +74,8 @@ extension PersistentDefaults {
     public func verify() throws -> [String] {
         try core.environment.withRead { transaction in
             var problems: [String] = []
-            var current: [String: [UInt8]] = [:]
+            // By the names' bytes: `String` equality would merge NFC and NFD forms of a name.
+            var current: [[UInt8]: [UInt8]] = [:]
             try transaction.forEach(core.databases.values) { key, value in
                 guard let name = String(validating: key, as: UTF8.self) else {
                     problems.append("a key name is not valid UTF-8: \(Array(key))")
@@ -85,10 +86,10 @@ extension PersistentDefaults {
                 } catch {
                     problems.append("value of \"\(name)\": \(error)")
                 }
-                current[name] = Array(value)
+                current[Array(name.utf8)] = Array(value)
                 return true
             }
-            var newest: [String: [UInt8]?] = [:]
+            var newest: [[UInt8]: (name: String, value: [UInt8]?)] = [:]
             var previous: UInt64?
             try transaction.forEach(core.databases.log) { key, value in
                 guard let number = logSequence(fromKey: key) else {
@@ -101,15 +102,16 @@ extension PersistentDefaults {
                 previous = number
                 do {
                     for change in try CommitRecord(sequence: number, bytes: value).changes {
-                        newest[change.key] = change.encodedValue
+                        newest[Array(change.key.utf8)] = (change.key, change.encodedValue)
                     }
                 } catch {
                     problems.append("\(error)")
                 }
                 return true
             }
-            for (name, logged) in newest.sorted(by: { $0.key < $1.key }) where current[name] != logged {
-                problems.append("\"\(name)\": the newest logged change does not match the stored value")
+            for (nameBytes, logged) in newest.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) })
+            where current[nameBytes] != logged.value {
+                problems.append("\"\(logged.name)\": the newest logged change does not match the stored value")
             }
             return problems
         }

@@ -34,8 +34,9 @@ final class StoreCore: Sendable {
     let groupCommit = GroupCommit()
     /// The observers of this store in this process.
     let observers = ObserverRegistry()
-    /// The Observation-framework trackers of keys read through property wrappers.
-    let trackers = Mutex<[String: KeyTracker]>([:])
+    /// The Observation-framework trackers of keys read through property wrappers, by the key
+    /// name's UTF-8 bytes (a key name is its bytes; `String` equality would merge NFC and NFD).
+    let trackers = Mutex<[[UInt8]: KeyTracker]>([:])
     /// Commits of this process that appended a log record.
     let localLoggedCommits = Atomic<Int>(0)
 
@@ -225,7 +226,9 @@ final class StoreCore: Sendable {
 /// Passes errors to the handler; decoding failures only once per key and reason.
 final class ErrorReporter: Sendable {
     private let handler: @Sendable (PersistentDefaultsError) -> Void
-    private let reported = Mutex<Set<String>>([])
+    /// The UTF-8 bytes of each reported message: `String` equality would take the message about
+    /// an NFD key name for the one about its NFC form.
+    private let reported = Mutex<Set<[UInt8]>>([])
 
     init(handler: @escaping @Sendable (PersistentDefaultsError) -> Void) { self.handler = handler }
 
@@ -237,7 +240,7 @@ final class ErrorReporter: Sendable {
         let text = "\(error)"
         let isNew = reported.withLock { seen in
             guard seen.count < 10_000 else { return false }
-            return seen.insert(text).inserted
+            return seen.insert(Array(text.utf8)).inserted
         }
         if isNew { report(error) }
     }

@@ -15,9 +15,12 @@ public final class WriteTransaction {
     private let transaction: Transaction
     private var isValid = true
     private var firstError: (any Error)?
-    /// For each key touched: the bytes before the transaction and now.
-    private var touched: [String: (old: [UInt8]?, new: [UInt8]?)] = [:]
-    private var order: [String] = []
+    /// For each key touched, by the name's UTF-8 bytes (a key name is its bytes: names that
+    /// `String` equality calls equal, such as NFC and NFD forms, are different keys): the name
+    /// and the value's bytes before the transaction and now.
+    private var touched: [[UInt8]: (name: String, old: [UInt8]?, new: [UInt8]?)] = [:]
+    /// The touched names' bytes, in the order first touched.
+    private var order: [[UInt8]] = []
 
     init(core: StoreCore, transaction: Transaction) {
         self.core = core
@@ -37,9 +40,9 @@ public final class WriteTransaction {
     /// Logs the changes; nil when nothing changed. Throws the first failed subscript write.
     func finish() throws -> CommitRecord? {
         if let firstError { throw firstError }
-        let changes = order.compactMap { name -> CommitRecord.Change? in
-            guard let entry = touched[name], entry.old != entry.new else { return nil }
-            return CommitRecord.Change(key: name, encodedValue: entry.new)
+        let changes = order.compactMap { nameBytes -> CommitRecord.Change? in
+            guard let entry = touched[nameBytes], entry.old != entry.new else { return nil }
+            return CommitRecord.Change(key: entry.name, encodedValue: entry.new)
         }
         guard !changes.isEmpty else { return nil }
         return try core.appendLog(changes, in: transaction)
@@ -171,10 +174,10 @@ public final class WriteTransaction {
     private func bytes(
         of key: PersistentDefaults.Keys, in transaction: Transaction
     ) throws -> (old: [UInt8]?, new: [UInt8]?) {
-        if let entry = touched[key.name] { return entry }
+        if let entry = touched[key.nameBytes] { return (entry.old, entry.new) }
         let current = try core.encodedValue(named: key.nameBytes, in: transaction)
-        touched[key.name] = (current, current)
-        order.append(key.name)
+        touched[key.nameBytes] = (key.name, current, current)
+        order.append(key.nameBytes)
         return (current, current)
     }
 
@@ -188,7 +191,7 @@ public final class WriteTransaction {
                 try transaction.delete(core.databases.values, name)
             }
         }
-        touched[key.name]?.new = bytes
+        touched[key.nameBytes]?.new = bytes
     }
 
     private func recordingFailure(_ body: () throws -> Void) {

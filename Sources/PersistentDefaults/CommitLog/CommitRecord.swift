@@ -35,6 +35,12 @@ public struct CommitRecord: Sendable, Equatable {
             guard let encodedValue else { return nil }
             return try StoredValue(bytes: encodedValue)
         }
+
+        /// Whether both changes have the same key name, compared by its UTF-8 bytes (a key name
+        /// is its bytes: NFC "café" and NFD "cafe\u{301}" are different keys), and value.
+        public static func == (lhs: Change, rhs: Change) -> Bool {
+            lhs.key.utf8.elementsEqual(rhs.key.utf8) && lhs.encodedValue == rhs.encodedValue
+        }
     }
 
     /// Creates a record.

@@ -42,14 +42,14 @@ final class KeyTracker: Observable, Sendable {
 }
 
 extension StoreCore {
-    /// The tracker of `key` in this store, made once per key name.
+    /// The tracker of `key` in this store, made once per key name (its UTF-8 bytes).
     func tracker<Value>(for key: PersistentDefaults.Key<Value>, store: PersistentDefaults) -> KeyTracker {
         trackers.withLock { trackers in
-            if let tracker = trackers[key.name] { return tracker }
+            if let tracker = trackers[key.nameBytes] { return tracker }
             let tracker = KeyTracker { [weak store] tracker in
                 store?.observe(key) { [weak tracker] _ in tracker?.changed() } ?? ObservationToken {}
             }
-            trackers[key.name] = tracker
+            trackers[key.nameBytes] = tracker
             return tracker
         }
     }
