@@ -20,7 +20,9 @@ public struct StoreStatistics: Sendable, Equatable {
     public var values: DatabaseStatistics
     /// The commit-log database.
     public var log: DatabaseStatistics
-    /// The oldest and newest sequence numbers in the log; nil when it is empty.
+    /// The oldest and newest sequence numbers in the log; nil when it is empty. A log key that is
+    /// not a sequence number (written by another tool; ``PersistentDefaults/verify()`` reports
+    /// it) is left out.
     public var logRange: ClosedRange<UInt64>?
     /// Size of `data.mdb` in bytes.
     public var dataFileSize: Int
@@ -35,18 +37,20 @@ extension PersistentDefaults {
         return try environment.withRead { transaction in
             let info = environment.info()
             let values = try transaction.statistics(core.databases.values)
+            // A log key that is not a sequence number (another tool wrote it; `verify()` reports
+            // it) is left out of `logRange` rather than failing the statistics.
             var first: UInt64?
             try transaction.forEach(core.databases.log) { key, _ in
-                first = logSequence(fromKey: key)
+                first = try? logSequence(fromKey: key)
                 return false
             }
-            let last = try core.lastSequence(in: transaction)
+            let last = try? core.lastSequence(in: transaction)
             return StoreStatistics(
                 formatVersion: StoreCore.formatVersion, mapSize: info.mapSize,
                 usedBytes: (info.lastPage + 1) * values.pageSize, pageSize: values.pageSize,
                 lastTransactionID: info.lastTransactionID, maxReaders: info.maxReaders, readers: info.readers,
                 values: values, log: try transaction.statistics(core.databases.log),
-                logRange: first.map { $0...max($0, last) },
+                logRange: first.map { $0...max($0, last ?? $0) },
                 dataFileSize: Self.fileSize(path + "/" + StoreFiles.dataFile),
                 lockFileSize: Self.fileSize(path + "/" + StoreFiles.lockFile))
         }
@@ -92,8 +96,12 @@ extension PersistentDefaults {
             var newest: [[UInt8]: (name: String, value: [UInt8]?)] = [:]
             var previous: UInt64?
             try transaction.forEach(core.databases.log) { key, value in
-                guard let number = logSequence(fromKey: key) else {
-                    problems.append("a log key is \(key.count) bytes, not 8")
+                let number: UInt64
+                do throws(PersistentDefaultsError) {
+                    number = try logSequence(fromKey: key)
+                } catch {
+                    // The record of a foreign key is not read: one problem per foreign key.
+                    problems.append(error.description)
                     return true
                 }
                 if let previous, number != previous + 1 {

@@ -143,10 +143,16 @@ final class StoreCore: Sendable {
         return result
     }
 
-    /// Appends `changes` as the next record and prunes records past the retention.
+    /// Appends `changes` as the next record and prunes records past the retention. Throws
+    /// ``PersistentDefaultsError/corruptLogRecord(sequence:reason:)`` when a log key on the way
+    /// is not a sequence number: the write fails instead of trapping or reusing a number.
     func appendLog(_ changes: [CommitRecord.Change], in transaction: Transaction) throws -> CommitRecord {
-        let record = CommitRecord(
-            sequence: try lastSequence(in: transaction) + 1, timestamp: Date(), processID: getpid(), changes: changes)
+        let last = try lastSequence(in: transaction)
+        guard last < validSequences.upperBound else {
+            throw PersistentDefaultsError.corruptLogRecord(
+                sequence: last, reason: "no sequence number follows \(last), the largest the log may hold")
+        }
+        let record = CommitRecord(sequence: last + 1, timestamp: Date(), processID: getpid(), changes: changes)
         let encoded = record.encoded
         try sequenceKey(record.sequence).withUnsafeBytes { key in
             try encoded.withUnsafeBytes { try transaction.put(databases.log, key, $0) }
@@ -154,9 +160,16 @@ final class StoreCore: Sendable {
         let retention = UInt64(max(options.logRetention, 1))
         if record.sequence > retention {
             let cutoff = record.sequence - retention
+            var foreignKey: PersistentDefaultsError?
             try transaction.deleteLeading(databases.log) { key in
-                logSequence(fromKey: key).map { $0 <= cutoff } ?? false
+                do throws(PersistentDefaultsError) {
+                    return try logSequence(fromKey: key) <= cutoff
+                } catch {
+                    foreignKey = error
+                    return false
+                }
             }
+            if let foreignKey { throw foreignKey }
         }
         return record
     }
@@ -212,10 +225,7 @@ final class StoreCore: Sendable {
         guard sequence < .max, limit > 0 else { return records }
         try sequenceKey(sequence + 1).withUnsafeBytes { start in
             try transaction.forEach(databases.log, from: start) { key, value in
-                guard let number = logSequence(fromKey: key) else {
-                    throw PersistentDefaultsError.corruptLogRecord(sequence: 0, reason: "a log key is not 8 bytes")
-                }
-                records.append(try CommitRecord(sequence: number, bytes: value))
+                records.append(try CommitRecord(sequence: try logSequence(fromKey: key), bytes: value))
                 return records.count < limit
             }
         }

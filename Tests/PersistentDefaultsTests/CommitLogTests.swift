@@ -1,3 +1,4 @@
+import CLMDB
 import Foundation
 import PersistentDefaults
 import Testing
@@ -104,6 +105,49 @@ import Testing
             try #require(try jsonDiffers(Dictionary(uniqueKeysWithValues: zip(uuids, 0...)), byUUID))
             try expectEqualValueIsNoChange(
                 Dictionary(uniqueKeysWithValues: zip(uuids, 0...)), byUUID, other: [:], default: [:], in: store)
+        }
+    }
+
+    /// Log keys another tool may write: the largest 8-byte key (its sequence + 1 overflowed),
+    /// one past the largest sequence that converts to `Int`, and a key that is not 8 bytes
+    /// (it sorted last, read as sequence 0, and the next commit overwrote record 1).
+    static let foreignLogKeys: [[UInt8]] = [
+        [UInt8](repeating: 0xFF, count: 8), [0x80] + [UInt8](repeating: 0, count: 7), [1, 2, 3],
+    ]
+
+    @Test(arguments: foreignLogKeys)
+    func aForeignLogKeyGivesATypedErrorInsteadOfATrap(foreignKey: [UInt8]) throws {
+        try withTemporaryDirectory { path throws in
+            do {
+                let store = try PersistentDefaults(path: path)
+                store[.launchCount] = 1
+            }
+            try withRawWrite(path) { txn in put(txn, database: "log", key: foreignKey, value: [0x66, 0x6F]) }
+            let log = ErrorLog()
+            var options = PersistentDefaults.Options()
+            options.errorHandler = { log.append($0) }
+            let store = try PersistentDefaults(path: path, options: options)
+            func isCorruptLog(_ error: any Error) -> Bool {
+                if case PersistentDefaultsError.corruptLogRecord = error { true } else { false }
+            }
+            #expect(performing: { try store.set(2, for: .launchCount) }, throws: isCorruptLog)
+            #expect(performing: { try store.write { $0[.theme] = .dark } }, throws: isCorruptLog)
+            #expect(performing: { try store.remove(.launchCount) }, throws: isCorruptLog)
+            store[.launchCount] = 3  // reported, not applied
+            #expect(log.all.count == 1)
+            #expect(log.all.allSatisfy(isCorruptLog))
+            // Reads still work, and nothing was written.
+            #expect(store[.launchCount] == 1)
+            #expect(try store.value(for: .theme) == .system)
+            #expect(performing: { try store.lastSequence() }, throws: isCorruptLog)
+            #expect(performing: { try store.commits(after: 0) }, throws: isCorruptLog)
+            #expect(try store.commits(after: 0, limit: 1).map(\.sequence) == [1])
+            let problems = try store.verify()
+            #expect(problems.count == 1, "\(problems)")
+            #expect(problems.first?.contains("log key") == true, "\(problems)")
+            let statistics = try store.statistics()
+            #expect(statistics.log.entries == 2)
+            #expect(statistics.logRange?.lowerBound == 1)
         }
     }
 
