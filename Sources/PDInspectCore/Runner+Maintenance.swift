@@ -196,7 +196,9 @@ extension Runner {
     }
 
     func watch(_ store: PersistentDefaults, keys: [String], follow: FollowOptions, format: OutputFormat) throws {
-        let wanted = Set(keys)
+        // By the names' bytes: a key name is its UTF-8 bytes, and `String` equality would also
+        // match the NFD form of an NFC name.
+        let wanted = Set(keys.map { Array($0.utf8) })
         var remaining = follow.maxEvents ?? .max
         let deadline = follow.timeout.map { ContinuousClock.now + .seconds($0) }
         let start = try follow.since ?? store.lastSequence()
@@ -208,7 +210,7 @@ extension Runner {
         try CommitFollower(store: store).follow(after: start, until: deadline, stop: stop) { records in
             var rows: [[String]] = []
             for record in records {
-                for change in record.changes where wanted.isEmpty || wanted.contains(change.key) {
+                for change in record.changes where wanted.isEmpty || wanted.contains(Array(change.key.utf8)) {
                     guard remaining > 0 else { break }
                     remaining -= 1
                     if format == .json {

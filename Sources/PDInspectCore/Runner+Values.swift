@@ -82,7 +82,12 @@ extension Runner {
             var keys: [String: TypedValue] = [:]
             for entry in entries {
                 switch entry.decoded {
-                case .success(let value): keys[entry.name] = TypedValue(value)
+                case .success(let value):
+                    if let other = Self.sameStringKey(entry.name, in: keys) {
+                        console.report("left out \"\(entry.name)\": " + Self.sameStringReason(other))
+                    } else {
+                        keys[entry.name] = TypedValue(value)
+                    }
                 case .failure(let error): console.report("left out \"\(entry.name)\": \(error)")
                 }
             }
@@ -106,7 +111,12 @@ extension Runner {
         var keys: [String: TypedValue] = [:]
         for entry in try store.storedEntries() {
             switch entry.decoded {
-            case .success(let value): keys[entry.name] = TypedValue(value)
+            case .success(let value):
+                if let other = Self.sameStringKey(entry.name, in: keys) {
+                    throw CommandFailure(
+                        .unavailable, "cannot export \"\(entry.name)\": " + Self.sameStringReason(other))
+                }
+                keys[entry.name] = TypedValue(value)
             case .failure(let error):
                 throw CommandFailure(
                     .unavailable, "cannot export: value of \"\(entry.name)\" does not decode: \(error)")
@@ -128,11 +138,28 @@ extension Runner {
                 try transaction.setStoredValue(document.keys[name]!.value, named: name)
             }
             guard replace else { return 0 }
-            let stale = try transaction.keyNames().filter { document.keys[$0] == nil }
+            // By the names' bytes: a stored NFD name is not the document's NFC name.
+            let kept = Set(names.map { Array($0.utf8) })
+            let stale = try transaction.keyNames().filter { !kept.contains(Array($0.utf8)) }
             for name in stale { try transaction.removeValue(named: name) }
             return stale.count
         }
         console.print("imported \(names.count) keys" + (replace ? ", removed \(removed)" : "") + "\n")
+    }
+
+    /// The name already in `keys` that `String` equality takes for `name` though its UTF-8 bytes
+    /// differ (NFC "café" and NFD "cafe\u{301}"): two keys, which one JSON object of an export
+    /// file cannot keep apart once read back.
+    static func sameStringKey(_ name: String, in keys: [String: TypedValue]) -> String? {
+        guard let index = keys.index(forKey: name) else { return nil }
+        let other = keys[index].key
+        return other.utf8.elementsEqual(name.utf8) ? nil : other
+    }
+
+    static func sameStringReason(_ other: String) -> String {
+        let bytes = { (name: String) in name.utf8.map { String($0, radix: 16) }.joined(separator: " ") }
+        return "its name and the name \"\(other)\" (UTF-8 \(bytes(other))) are different keys that differ only in "
+            + "Unicode normalisation, which a JSON object read back by import cannot keep apart"
     }
 
     /// Writes `data` to `path` with mode 0600, through a temporary file renamed into place, so

@@ -68,6 +68,9 @@ extension PersistentDefaults {
         let shouldRemove: ((Value) -> Bool)?
         /// seed-003 hook: whether to replace the stored value with a new one.
         let shouldOverwrite: ((Value, Value) -> Bool)?
+        /// `==` of `Value` when it is `Equatable`: a set of a value equal to the stored one is no
+        /// change, even when the two encode to different bytes.
+        let isEqual: ((Value, Value) -> Bool)?
 
         init(
             name: String, defaultValue: Value, codec: ValueCodec<Value>,
@@ -79,6 +82,7 @@ extension PersistentDefaults {
             removesNil = (try? codec.encode(defaultValue)) == [StoredValue.Tag.null.rawValue]
             self.shouldRemove = shouldRemove
             self.shouldOverwrite = shouldOverwrite
+            isEqual = equality(of: Value.self)
             super.init(name: name)
         }
 
@@ -112,4 +116,17 @@ extension ValueCodec {
         ValueCodec<Conversion.Stored>.automatic().converted(
             encode: { try Conversion.encode(value: $0) }, decode: { try Conversion.decode(data: $0) })
     }
+}
+
+/// `==` of `Value` when it is `Equatable` (found at run time, as `Key` does not require it);
+/// nil otherwise.
+func equality<Value>(of _: Value.Type) -> ((Value, Value) -> Bool)? {
+    guard let equatable = Value.self as? any Equatable.Type else { return nil }
+    func compare<E: Equatable>(as _: E.Type) -> (Value, Value) -> Bool {
+        { lhs, rhs in
+            guard let lhs = lhs as? E, let rhs = rhs as? E else { return false }
+            return lhs == rhs
+        }
+    }
+    return compare(as: equatable)
 }

@@ -19,6 +19,12 @@ public struct StoredEntry: Sendable, Equatable {
         self.encodedValue = encodedValue
     }
 
+    /// Whether both entries have the same name, compared by its UTF-8 bytes (a key name is its
+    /// bytes), and the same stored bytes.
+    public static func == (lhs: StoredEntry, rhs: StoredEntry) -> Bool {
+        lhs.name.utf8.elementsEqual(rhs.name.utf8) && lhs.encodedValue == rhs.encodedValue
+    }
+
     /// The decoded value; throws when the bytes are not a valid ``StoredValue``.
     public func storedValue() throws(StoredValueError) -> StoredValue {
         try StoredValue(bytes: encodedValue)

@@ -20,7 +20,9 @@ public struct StoreStatistics: Sendable, Equatable {
     public var values: DatabaseStatistics
     /// The commit-log database.
     public var log: DatabaseStatistics
-    /// The oldest and newest sequence numbers in the log; nil when it is empty.
+    /// The oldest and newest sequence numbers in the log; nil when it is empty. A log key that is
+    /// not a sequence number (written by another tool; ``PersistentDefaults/verify()`` reports
+    /// it) is left out.
     public var logRange: ClosedRange<UInt64>?
     /// Size of `data.mdb` in bytes.
     public var dataFileSize: Int
@@ -35,18 +37,20 @@ extension PersistentDefaults {
         return try environment.withRead { transaction in
             let info = environment.info()
             let values = try transaction.statistics(core.databases.values)
+            // A log key that is not a sequence number (another tool wrote it; `verify()` reports
+            // it) is left out of `logRange` rather than failing the statistics.
             var first: UInt64?
             try transaction.forEach(core.databases.log) { key, _ in
-                first = logSequence(fromKey: key)
+                first = try? logSequence(fromKey: key)
                 return false
             }
-            let last = try core.lastSequence(in: transaction)
+            let last = try? core.lastSequence(in: transaction)
             return StoreStatistics(
                 formatVersion: StoreCore.formatVersion, mapSize: info.mapSize,
                 usedBytes: (info.lastPage + 1) * values.pageSize, pageSize: values.pageSize,
                 lastTransactionID: info.lastTransactionID, maxReaders: info.maxReaders, readers: info.readers,
                 values: values, log: try transaction.statistics(core.databases.log),
-                logRange: first.map { $0...max($0, last) },
+                logRange: first.map { $0...max($0, last ?? $0) },
                 dataFileSize: Self.fileSize(path + "/" + StoreFiles.dataFile),
                 lockFileSize: Self.fileSize(path + "/" + StoreFiles.lockFile))
         }
@@ -74,7 +78,8 @@ extension PersistentDefaults {
     public func verify() throws -> [String] {
         try core.environment.withRead { transaction in
             var problems: [String] = []
-            var current: [String: [UInt8]] = [:]
+            // By the names' bytes: `String` equality would merge NFC and NFD forms of a name.
+            var current: [[UInt8]: [UInt8]] = [:]
             try transaction.forEach(core.databases.values) { key, value in
                 guard let name = String(validating: key, as: UTF8.self) else {
                     problems.append("a key name is not valid UTF-8: \(Array(key))")
@@ -85,14 +90,18 @@ extension PersistentDefaults {
                 } catch {
                     problems.append("value of \"\(name)\": \(error)")
                 }
-                current[name] = Array(value)
+                current[Array(name.utf8)] = Array(value)
                 return true
             }
-            var newest: [String: [UInt8]?] = [:]
+            var newest: [[UInt8]: (name: String, value: [UInt8]?)] = [:]
             var previous: UInt64?
             try transaction.forEach(core.databases.log) { key, value in
-                guard let number = logSequence(fromKey: key) else {
-                    problems.append("a log key is \(key.count) bytes, not 8")
+                let number: UInt64
+                do throws(PersistentDefaultsError) {
+                    number = try logSequence(fromKey: key)
+                } catch {
+                    // The record of a foreign key is not read: one problem per foreign key.
+                    problems.append(error.description)
                     return true
                 }
                 if let previous, number != previous + 1 {
@@ -101,15 +110,16 @@ extension PersistentDefaults {
                 previous = number
                 do {
                     for change in try CommitRecord(sequence: number, bytes: value).changes {
-                        newest[change.key] = change.encodedValue
+                        newest[Array(change.key.utf8)] = (change.key, change.encodedValue)
                     }
                 } catch {
                     problems.append("\(error)")
                 }
                 return true
             }
-            for (name, logged) in newest.sorted(by: { $0.key < $1.key }) where current[name] != logged {
-                problems.append("\"\(name)\": the newest logged change does not match the stored value")
+            for (nameBytes, logged) in newest.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) })
+            where current[nameBytes] != logged.value {
+                problems.append("\"\(logged.name)\": the newest logged change does not match the stored value")
             }
             return problems
         }

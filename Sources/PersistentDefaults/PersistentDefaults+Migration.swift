@@ -103,7 +103,8 @@ extension WriteTransaction {
         let new = PersistentDefaults.Keys(name: newName)
         try old.validate()
         try new.validate()
-        guard oldName != newName, let bytes = try core.encodedValue(named: old.nameBytes, in: try live()) else {
+        guard old.nameBytes != new.nameBytes, let bytes = try core.encodedValue(named: old.nameBytes, in: try live())
+        else {
             return
         }
         try replace(new, with: bytes, in: try live())
@@ -120,7 +121,7 @@ extension WriteTransaction {
         let oldKey = PersistentDefaults.Key<Old?>(name)
         guard let old = try value(for: oldKey) else { return }
         let new = try transform(old)
-        if name != key.name { try remove(oldKey) }
+        if oldKey.nameBytes != key.nameBytes { try remove(oldKey) }
         try replace(key, with: try core.encode(new, for: key), in: try live())
     }
 }

@@ -123,6 +123,9 @@ public final class PersistentDefaults: Sendable {
     }
 
     /// The sequence number of the newest commit, 0 for a store never written.
+    ///
+    /// Throws ``PersistentDefaultsError/corruptLogRecord(sequence:reason:)`` when the newest log
+    /// key is not a sequence number (written by another tool); writes then throw it too.
     public func lastSequence() throws -> UInt64 {
         try core.environment.withRead { try core.lastSequence(in: $0) }
     }
@@ -198,11 +201,13 @@ public final class PersistentDefaults: Sendable {
 }
 
 extension StoreCore {
-    /// The newest log sequence number in `transaction`, 0 when the log is empty.
+    /// The newest log sequence number in `transaction`, 0 when the log is empty. Throws
+    /// ``PersistentDefaultsError/corruptLogRecord(sequence:reason:)`` when the last log key is
+    /// not a sequence number (another tool wrote it).
     func lastSequence(in transaction: Transaction) throws -> UInt64 {
         var last: UInt64 = 0
         try transaction.forEach(databases.log, reverse: true) { key, _ in
-            last = logSequence(fromKey: key) ?? 0
+            last = try logSequence(fromKey: key)
             return false
         }
         return last

@@ -34,8 +34,9 @@ final class StoreCore: Sendable {
     let groupCommit = GroupCommit()
     /// The observers of this store in this process.
     let observers = ObserverRegistry()
-    /// The Observation-framework trackers of keys read through property wrappers.
-    let trackers = Mutex<[String: KeyTracker]>([:])
+    /// The Observation-framework trackers of keys read through property wrappers, by the key
+    /// name's UTF-8 bytes (a key name is its bytes; `String` equality would merge NFC and NFD).
+    let trackers = Locked<[[UInt8]: KeyTracker]>([:])
 
     init(path: String, options: PersistentDefaults.Options) throws {
         self.path = path
@@ -144,10 +145,16 @@ final class StoreCore: Sendable {
         return (result, committed)
     }
 
-    /// Appends `changes` as the next record and prunes records past the retention.
+    /// Appends `changes` as the next record and prunes records past the retention. Throws
+    /// ``PersistentDefaultsError/corruptLogRecord(sequence:reason:)`` when a log key on the way
+    /// is not a sequence number: the write fails instead of trapping or reusing a number.
     func appendLog(_ changes: [CommitRecord.Change], in transaction: Transaction) throws -> CommitRecord {
-        let record = CommitRecord(
-            sequence: try lastSequence(in: transaction) + 1, timestamp: Date(), processID: getpid(), changes: changes)
+        let last = try lastSequence(in: transaction)
+        guard last < validSequences.upperBound else {
+            throw PersistentDefaultsError.corruptLogRecord(
+                sequence: last, reason: "no sequence number follows \(last), the largest the log may hold")
+        }
+        let record = CommitRecord(sequence: last + 1, timestamp: Date(), processID: getpid(), changes: changes)
         let encoded = record.encoded
         transaction.noteLogged()
         try sequenceKey(record.sequence).withUnsafeBytes { key in
@@ -156,9 +163,16 @@ final class StoreCore: Sendable {
         let retention = UInt64(max(options.logRetention, 1))
         if record.sequence > retention {
             let cutoff = record.sequence - retention
+            var foreignKey: PersistentDefaultsError?
             try transaction.deleteLeading(databases.log) { key in
-                logSequence(fromKey: key).map { $0 <= cutoff } ?? false
+                do throws(PersistentDefaultsError) {
+                    return try logSequence(fromKey: key) <= cutoff
+                } catch {
+                    foreignKey = error
+                    return false
+                }
             }
+            if let foreignKey { throw foreignKey }
         }
         return record
     }
@@ -214,10 +228,7 @@ final class StoreCore: Sendable {
         guard sequence < .max, limit > 0 else { return records }
         try sequenceKey(sequence + 1).withUnsafeBytes { start in
             try transaction.forEach(databases.log, from: start) { key, value in
-                guard let number = logSequence(fromKey: key) else {
-                    throw PersistentDefaultsError.corruptLogRecord(sequence: 0, reason: "a log key is not 8 bytes")
-                }
-                records.append(try CommitRecord(sequence: number, bytes: value))
+                records.append(try CommitRecord(sequence: try logSequence(fromKey: key), bytes: value))
                 return records.count < limit
             }
         }
@@ -228,7 +239,9 @@ final class StoreCore: Sendable {
 /// Passes errors to the handler; decoding failures only once per key and reason.
 final class ErrorReporter: Sendable {
     private let handler: @Sendable (PersistentDefaultsError) -> Void
-    private let reported = Locked<Set<String>>([])
+    /// The UTF-8 bytes of each reported message: `String` equality would take the message about
+    /// an NFD key name for the one about its NFC form.
+    private let reported = Locked<Set<[UInt8]>>([])
 
     init(handler: @escaping @Sendable (PersistentDefaultsError) -> Void) { self.handler = handler }
 
@@ -240,7 +253,7 @@ final class ErrorReporter: Sendable {
         let text = "\(error)"
         let isNew = reported.withLock { seen in
             guard seen.count < 10_000 else { return false }
-            return seen.insert(text).inserted
+            return seen.insert(Array(text.utf8)).inserted
         }
         if isNew { report(error) }
     }

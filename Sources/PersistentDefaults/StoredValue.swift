@@ -25,7 +25,9 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
     case string(String)
     /// Tag `0x06`, payload the bytes.
     case data(Data)
-    /// Tag `0x07`, payload seconds since 1970-01-01 UTC as a big-endian IEEE 754 double.
+    /// Tag `0x0B`, payload `timeIntervalSinceReferenceDate` (seconds since 2001-01-01 UTC) as a
+    /// big-endian IEEE 754 double, so every `Date` reads back equal. Tag `0x07` (seconds since
+    /// 1970, written by earlier versions) is still read.
     case date(Date)
     /// Tag `0x08`, payload the URL's absolute string in UTF-8.
     case url(URL)
@@ -50,8 +52,8 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
         case string = 0x05
         /// `data`
         case data = 0x06
-        /// `date`
-        case date = 0x07
+        /// `date`: seconds since 2001. (Tag `0x07`, seconds since 1970, is read but not written.)
+        case date = 0x0B
         /// `url`
         case url = 0x08
         /// `uuid`
@@ -94,9 +96,22 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// The tag of dates written before tag `0x0B`: payload seconds since 1970-01-01 UTC as a
+    /// big-endian IEEE 754 double. Converting a `Date` (seconds since 2001) to it rounds away the
+    /// lowest bits, so it is only read, as a ``date(_:)``.
+    static let legacyDateTag: UInt8 = 0x07
+
     /// Decodes the on-disk bytes (tag and payload).
     public init(bytes: UnsafeRawBufferPointer) throws(StoredValueError) {
         guard let first = bytes.first else { throw StoredValueError("empty value") }
+        if first == Self.legacyDateTag {
+            guard bytes.count == 9 else {
+                throw StoredValueError("date payload has \(bytes.count - 1) bytes, expected 8")
+            }
+            let bits = bytes[1...].reduce(0) { $0 << 8 | UInt64($1) }
+            self = .date(Date(timeIntervalSince1970: Double(bitPattern: bits)))
+            return
+        }
         guard let tag = Tag(rawValue: first) else {
             throw StoredValueError("unknown type tag 0x\(String(first, radix: 16))")
         }
@@ -126,7 +141,7 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
         case .double: self = .double(Double(bitPattern: try fixed(8)))
         case .string: self = .string(try text())
         case .data: self = .data(Data(payload))
-        case .date: self = .date(Date(timeIntervalSince1970: Double(bitPattern: try fixed(8))))
+        case .date: self = .date(Date(timeIntervalSinceReferenceDate: Double(bitPattern: try fixed(8))))
         case .url:
             let string = try text()
             guard let url = URL(string: string) else { throw StoredValueError("url payload is not a URL") }
@@ -165,7 +180,7 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
         case .double(let value): append(value.bitPattern)
         case .string(let value): out.append(contentsOf: value.utf8)
         case .data(let value): out.append(contentsOf: value)
-        case .date(let value): append(value.timeIntervalSince1970.bitPattern)
+        case .date(let value): append(value.timeIntervalSinceReferenceDate.bitPattern)
         case .url(let value): out.append(contentsOf: value.absoluteString.utf8)
         case .uuid(let value): withUnsafeBytes(of: value.uuid) { out.append(contentsOf: $0) }
         case .json(let value): out.append(contentsOf: value.utf8)

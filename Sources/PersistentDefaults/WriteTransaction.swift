@@ -16,9 +16,12 @@ public final class WriteTransaction {
     private let transaction: Transaction
     private var isValid = true
     private var firstError: (any Error)?
-    /// For each key touched: the bytes before the transaction and now.
-    private var touched: [String: (old: [UInt8]?, new: [UInt8]?)] = [:]
-    private var order: [String] = []
+    /// For each key touched, by the name's UTF-8 bytes (a key name is its bytes: names that
+    /// `String` equality calls equal, such as NFC and NFD forms, are different keys): the name
+    /// and the value's bytes before the transaction and now.
+    private var touched: [[UInt8]: (name: String, old: [UInt8]?, new: [UInt8]?)] = [:]
+    /// The touched names' bytes, in the order first touched.
+    private var order: [[UInt8]] = []
 
     init(core: StoreCore, transaction: Transaction) {
         self.core = core
@@ -38,9 +41,9 @@ public final class WriteTransaction {
     /// Logs the changes; nil when nothing changed. Throws the first failed subscript write.
     func finish() throws -> CommitRecord? {
         if let firstError { throw firstError }
-        let changes = order.compactMap { name -> CommitRecord.Change? in
-            guard let entry = touched[name], entry.old != entry.new else { return nil }
-            return CommitRecord.Change(key: name, encodedValue: entry.new)
+        let changes = order.compactMap { nameBytes -> CommitRecord.Change? in
+            guard let entry = touched[nameBytes], entry.old != entry.new else { return nil }
+            return CommitRecord.Change(key: entry.name, encodedValue: entry.new)
         }
         guard !changes.isEmpty else { return nil }
         return try core.appendLog(changes, in: transaction)
@@ -106,7 +109,28 @@ public final class WriteTransaction {
         {
             return
         }
-        try replace(key, with: encoded, in: transaction)
+        try replace(key, with: try storedForm(of: value, encoded: encoded, for: key, in: transaction), in: transaction)
+    }
+
+    /// The bytes to store for `value`: those the key holds now, or held before the transaction,
+    /// when they decode to a value equal (`==`) to `value`; else `encoded`.
+    ///
+    /// Equal values can encode to different bytes — the JSON of a `Set`, or of a dictionary
+    /// whose keys are not strings, has no fixed order; a date stored with the old tag 0x07 — and
+    /// keeping the held bytes makes setting such a value no change: nothing is written or logged
+    /// and no observer is called, also when a transaction changes the key and then sets it back.
+    private func storedForm<Value>(
+        of value: Value, encoded: [UInt8], for key: PersistentDefaults.Key<Value>, in transaction: Transaction
+    ) throws -> [UInt8] {
+        guard let isEqual = key.isEqual else { return encoded }
+        let entry = try bytes(of: key, in: transaction)
+        for held in entry.old == entry.new ? [entry.new] : [entry.new, entry.old] {
+            guard let held else { continue }
+            if held == encoded { return encoded }
+            // Held bytes that no longer decode are replaced, not compared.
+            if let heldValue = try? key.codec.decode(held), isEqual(heldValue, value) { return held }
+        }
+        return encoded
     }
 
     /// Stores a key type's value, applying its hooks.
@@ -147,26 +171,28 @@ public final class WriteTransaction {
         return try? key.codec.decode(bytes)
     }
 
+    /// The key's stored bytes before the transaction and as the transaction holds them now.
+    private func bytes(
+        of key: PersistentDefaults.Keys, in transaction: Transaction
+    ) throws -> (old: [UInt8]?, new: [UInt8]?) {
+        if let entry = touched[key.nameBytes] { return (entry.old, entry.new) }
+        let current = try core.encodedValue(named: key.nameBytes, in: transaction)
+        touched[key.nameBytes] = (key.name, current, current)
+        order.append(key.nameBytes)
+        return (current, current)
+    }
+
     /// Writes `bytes` (nil removes) unless they equal what the transaction already holds.
     func replace(_ key: PersistentDefaults.Keys, with bytes: [UInt8]?, in transaction: Transaction) throws {
-        let (name, nameBytes) = (key.name, key.nameBytes)
-        let current: [UInt8]?
-        if let entry = touched[name] {
-            current = entry.new
-        } else {
-            current = try core.encodedValue(named: nameBytes, in: transaction)
-            touched[name] = (current, current)
-            order.append(name)
-        }
-        guard bytes != current else { return }
-        try nameBytes.withUnsafeBytes { key in
+        guard bytes != (try self.bytes(of: key, in: transaction)).new else { return }
+        try key.nameBytes.withUnsafeBytes { name in
             if let bytes {
-                try bytes.withUnsafeBytes { try transaction.put(core.databases.values, key, $0) }
+                try bytes.withUnsafeBytes { try transaction.put(core.databases.values, name, $0) }
             } else {
-                try transaction.delete(core.databases.values, key)
+                try transaction.delete(core.databases.values, name)
             }
         }
-        touched[name]?.new = bytes
+        touched[key.nameBytes]?.new = bytes
     }
 
     private func recordingFailure(_ body: () throws -> Void) {

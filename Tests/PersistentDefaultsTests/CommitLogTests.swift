@@ -1,3 +1,4 @@
+import CLMDB
 import Foundation
 import PersistentDefaults
 import Testing
@@ -41,6 +42,112 @@ import Testing
                 tx[.theme] = .system  // the Key<T> style stores even the default: a change
             }
             #expect(try store.commits(after: 1).first?.changedKeys == ["launchCount", "theme"])
+        }
+    }
+
+    /// Whether two values encode to different JSON, as the store's encoder writes it.
+    private func jsonDiffers<Value: Encodable>(_ first: Value, _ second: Value) throws -> Bool {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return try encoder.encode(first) != encoder.encode(second)
+    }
+
+    /// Sets `first`, then `equal` (the same value, built another way) through `set`, the
+    /// subscript, and a transaction that changes the key and changes it back; only the first set
+    /// may log a commit and call the observer.
+    private func expectEqualValueIsNoChange<Value: Codable & Equatable & Sendable>(
+        _ first: Value, _ equal: Value, other: Value, default defaultValue: Value, in store: PersistentDefaults
+    ) throws {
+        try #require(first == equal)
+        let key = PersistentDefaults.Key<Value>("k-\(UUID().uuidString)", default: defaultValue)
+        let changes = Events<KeyChange<Value>>()
+        let token = store.observe(key) { changes.append($0) }
+        try store.set(first, for: key)
+        let sequence = try store.lastSequence()
+        try store.set(equal, for: key)
+        store[key] = equal
+        try store.write { tx in
+            tx[key] = other
+            tx[key] = equal
+        }
+        try store.write { tx in tx[key] = equal }
+        #expect(try store.lastSequence() == sequence, "\(Value.self): an equal value was logged as a change")
+        #expect(changes.all.count == 1, "\(Value.self): observer calls \(changes.all.count)")
+        #expect(changes.all.allSatisfy { $0.oldValue != $0.newValue })
+        #expect(try store.value(for: key) == first)
+        try store.set(other, for: key)
+        #expect(try store.lastSequence() == sequence + 1)
+        #expect(changes.all.map(\.newValue) == [first, other], "\(Value.self): wrong observer calls")
+        token.cancel()
+    }
+
+    @Test func settingAnEqualSetOrNonStringKeyedDictionaryIsNoChange() throws {
+        try withTemporaryStore { store, _, _ throws in
+            let elements = (0..<200).map { "element-\($0)" }
+            var bigger = Set<String>(minimumCapacity: 8192)
+            bigger.formUnion(elements.reversed())
+            // What made the bug: equal sets whose JSON differs (Set has no element order).
+            try #require(try jsonDiffers(Set(elements), bigger))
+            try expectEqualValueIsNoChange(Set(elements), bigger, other: ["x"], default: [], in: store)
+            let optional: Set<String>? = bigger
+            try expectEqualValueIsNoChange(Set(elements), optional, other: nil, default: [], in: store)
+
+            let pairs = (0..<300).map { ($0, "value \($0)") }
+            var dictionary = [Int: String](minimumCapacity: 8192)
+            for (key, value) in pairs.reversed() { dictionary[key] = value }
+            try expectEqualValueIsNoChange(
+                Dictionary(uniqueKeysWithValues: pairs), dictionary, other: [:], default: [:], in: store)
+
+            let uuids = (0..<100).map { _ in UUID() }
+            var byUUID = [UUID: Int](minimumCapacity: 4096)
+            for (index, uuid) in uuids.enumerated().reversed() { byUUID[uuid] = index }
+            // Keys that are neither String nor Int make a JSON array in no fixed order.
+            try #require(try jsonDiffers(Dictionary(uniqueKeysWithValues: zip(uuids, 0...)), byUUID))
+            try expectEqualValueIsNoChange(
+                Dictionary(uniqueKeysWithValues: zip(uuids, 0...)), byUUID, other: [:], default: [:], in: store)
+        }
+    }
+
+    /// Log keys another tool may write: the largest 8-byte key (its sequence + 1 overflowed),
+    /// one past the largest sequence that converts to `Int`, and a key that is not 8 bytes
+    /// (it sorted last, read as sequence 0, and the next commit overwrote record 1).
+    static let foreignLogKeys: [[UInt8]] = [
+        [UInt8](repeating: 0xFF, count: 8), [0x80] + [UInt8](repeating: 0, count: 7), [1, 2, 3],
+    ]
+
+    @Test(arguments: foreignLogKeys)
+    func aForeignLogKeyGivesATypedErrorInsteadOfATrap(foreignKey: [UInt8]) throws {
+        try withTemporaryDirectory { path throws in
+            do {
+                let store = try PersistentDefaults(path: path)
+                store[.launchCount] = 1
+            }
+            try withRawWrite(path) { txn in put(txn, database: "log", key: foreignKey, value: [0x66, 0x6F]) }
+            let log = ErrorLog()
+            var options = PersistentDefaults.Options()
+            options.errorHandler = { log.append($0) }
+            let store = try PersistentDefaults(path: path, options: options)
+            func isCorruptLog(_ error: any Error) -> Bool {
+                if case PersistentDefaultsError.corruptLogRecord = error { true } else { false }
+            }
+            #expect(performing: { try store.set(2, for: .launchCount) }, throws: isCorruptLog)
+            #expect(performing: { try store.write { $0[.theme] = .dark } }, throws: isCorruptLog)
+            #expect(performing: { try store.remove(.launchCount) }, throws: isCorruptLog)
+            store[.launchCount] = 3  // reported, not applied
+            #expect(log.all.count == 1)
+            #expect(log.all.allSatisfy(isCorruptLog))
+            // Reads still work, and nothing was written.
+            #expect(store[.launchCount] == 1)
+            #expect(try store.value(for: .theme) == .system)
+            #expect(performing: { try store.lastSequence() }, throws: isCorruptLog)
+            #expect(performing: { try store.commits(after: 0) }, throws: isCorruptLog)
+            #expect(try store.commits(after: 0, limit: 1).map(\.sequence) == [1])
+            let problems = try store.verify()
+            #expect(problems.count == 1, "\(problems)")
+            #expect(problems.first?.contains("log key") == true, "\(problems)")
+            let statistics = try store.statistics()
+            #expect(statistics.log.entries == 2)
+            #expect(statistics.logRange?.lowerBound == 1)
         }
     }
 

@@ -243,6 +243,28 @@ import Testing
         }
     }
 
+    @Test func observersOfNamesThatDifferOnlyInNormalisationAreApart() throws {
+        try withTemporaryStore { store, _, _ throws in
+            let composed = PersistentDefaults.Key<Int>("caf\u{E9}", default: 0)
+            let decomposed = PersistentDefaults.Key<Int>("cafe\u{301}", default: 0)
+            #expect(composed.name == decomposed.name)  // String equality: equal; bytes: not
+            let composedChanges = Events<KeyChange<Int>>()
+            let decomposedChanges = Events<KeyChange<Int>>()
+            let tokens = [
+                store.observe(composed) { composedChanges.append($0) },
+                store.observe(decomposed) { decomposedChanges.append($0) },
+            ]
+            try store.write { tx in
+                tx[composed] = 1
+                tx[decomposed] = 2
+            }
+            store[decomposed] = 3
+            #expect(composedChanges.all.map { [$0.oldValue, $0.newValue] } == [[0, 1]])
+            #expect(decomposedChanges.all.map { [$0.oldValue, $0.newValue] } == [[0, 2], [2, 3]])
+            _ = tokens
+        }
+    }
+
     @Test func aKeptSnapshotOrTransactionThrowsAfterTheStoreIsReleased() throws {
         try withTemporaryDirectory { path in
             var keptSnapshot: Snapshot?

@@ -14,7 +14,7 @@ private func mode(_ path: String) throws -> Int {
 }
 
 /// Opens the raw LMDB environment at `path` and runs `body` in a write transaction.
-private func withRawWrite(_ path: String, _ body: (OpaquePointer) throws -> Void) throws {
+func withRawWrite(_ path: String, _ body: (OpaquePointer) throws -> Void) throws {
     var env: OpaquePointer?
     #expect(mdb_env_create(&env) == 0)
     defer { mdb_env_close(env) }
@@ -26,7 +26,7 @@ private func withRawWrite(_ path: String, _ body: (OpaquePointer) throws -> Void
     #expect(mdb_txn_commit(txn) == 0)
 }
 
-private func put(_ txn: OpaquePointer, database: String?, key: [UInt8], value: [UInt8]) {
+func put(_ txn: OpaquePointer, database: String?, key: [UInt8], value: [UInt8]) {
     var dbi: MDB_dbi = 0
     #expect(mdb_dbi_open(txn, database, UInt32(MDB_CREATE), &dbi) == 0)
     var key = key

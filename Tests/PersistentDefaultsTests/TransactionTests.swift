@@ -148,3 +148,73 @@ private struct Abort: Error {}
         }
     }
 }
+
+/// A key name is its UTF-8 bytes: names that Swift's `String` equality calls equal (NFC "café"
+/// and NFD "cafe\u{301}") but whose bytes differ are different keys everywhere.
+@Suite struct KeyNameTests {
+    static let composed = "caf\u{E9}"
+    static let decomposed = "cafe\u{301}"
+
+    @Test func canonicallyEqualNamesWithDifferentBytesAreDifferentKeys() throws {
+        try #require(Self.composed == Self.decomposed)
+        try #require(Array(Self.composed.utf8) != Array(Self.decomposed.utf8))
+        try withTemporaryStore { store, _, _ throws in
+            let composed = PersistentDefaults.Key<Int>(Self.composed, default: 0)
+            let decomposed = PersistentDefaults.Key<Int>(Self.decomposed, default: 0)
+            try store.write { tx in
+                tx[composed] = 1
+                tx[decomposed] = 2
+            }
+            #expect(store[composed] == 1)
+            #expect(store[decomposed] == 2)
+            let names = try store.keyNames().map { Array($0.utf8) }
+            #expect(names == [Array(Self.decomposed.utf8), Array(Self.composed.utf8)])
+            let first = try #require(try store.commits(after: 0).first)
+            #expect(
+                first.changes.map { Array($0.key.utf8) } == [Array(Self.composed.utf8), Array(Self.decomposed.utf8)])
+            #expect(try first.changes.map { try $0.storedValue() } == [.int(1), .int(2)])
+
+            // The same value under both names: neither write is skipped.
+            try store.write { tx in
+                tx[composed] = 5
+                tx[decomposed] = 5
+            }
+            #expect(store[composed] == 5)
+            #expect(store[decomposed] == 5)
+            let second = try #require(try store.commits(after: first.sequence).first)
+            #expect(
+                second.changes.map { Array($0.key.utf8) } == [Array(Self.composed.utf8), Array(Self.decomposed.utf8)])
+
+            try store.write { tx in try tx.remove(decomposed) }
+            #expect(store[composed] == 5)
+            #expect(try store.contains(decomposed) == false)
+            #expect(try store.verify().isEmpty)
+        }
+    }
+
+    @Test func aMigrationCanRenameAKeyToAnotherNormalisation() throws {
+        try withTemporaryStore { store, _, _ throws in
+            try store.setStoredValue(.string("x"), named: Self.composed)
+            try store.migrate(to: 1, "NFC to NFD") { tx in try tx.renameKey(Self.composed, to: Self.decomposed) }
+            #expect(try store.keyNames().map { Array($0.utf8) } == [Array(Self.decomposed.utf8)])
+            #expect(try store.storedValue(named: Self.decomposed) == .string("x"))
+        }
+    }
+
+    @Test func recordsEntriesAndReportsTellTheNamesApart() throws {
+        #expect(
+            CommitRecord.Change(key: Self.composed, encodedValue: nil)
+                != CommitRecord.Change(key: Self.decomposed, encodedValue: nil))
+        #expect(
+            StoredEntry(name: Self.composed, encodedValue: [0]) != StoredEntry(name: Self.decomposed, encodedValue: [0])
+        )
+        try withTemporaryStore { store, _, log throws in
+            try store.setStoredValue(.string("not a number"), named: Self.composed)
+            try store.setStoredValue(.string("not a number"), named: Self.decomposed)
+            #expect(store[PersistentDefaults.Key<Int>(Self.composed, default: 0)] == 0)
+            #expect(store[PersistentDefaults.Key<Int>(Self.decomposed, default: 0)] == 0)
+            // Reported once per key: once for each name.
+            #expect(log.all.count == 2)
+        }
+    }
+}

@@ -1,3 +1,4 @@
+import CLMDB
 import Foundation
 import PersistentDefaults
 import Testing
@@ -137,6 +138,76 @@ private func roundTrip<Value: Codable & Equatable & Sendable>(
             #expect(reports.count == 1)
             // The stored value is untouched by the failed reads.
             #expect(store[.launchCount] == 3)
+        }
+    }
+
+    @Test func datesReadBackExactlyEqualToTheDateThatWasSet() throws {
+        var dates = (0..<500).map { _ in Date() }
+        dates += (0..<500).map { _ in Date(timeIntervalSinceReferenceDate: .random(in: -4e10...4e10)) }
+        dates += [
+            .distantPast, .distantFuture, Date(timeIntervalSinceReferenceDate: 0),
+            Date(timeIntervalSinceReferenceDate: 0.1), Date(timeIntervalSinceReferenceDate: -1e-9),
+            Date(timeIntervalSinceReferenceDate: 816_000_000.123_456_7), Date(timeIntervalSince1970: 1_700_000_000.25),
+            Date(timeIntervalSince1970: 0), Date(timeIntervalSinceReferenceDate: .leastNonzeroMagnitude),
+            Date(timeIntervalSinceReferenceDate: 816_000_000.123_456_7.nextUp),
+        ]
+        // Before the fix about half of these failed: seconds since 1970 cannot hold every
+        // seconds-since-2001 double that a `Date` is.
+        let changedByBytes = try dates.filter { try StoredValue(bytes: StoredValue.date($0).bytes) != .date($0) }
+        #expect(changedByBytes.isEmpty, "\(changedByBytes.count) of \(dates.count) dates change through their bytes")
+        try withTemporaryStore { store, _, _ throws in
+            let keys = dates.indices.map { PersistentDefaults.Key<Date>("date.\($0)", default: .distantPast) }
+            let optional = PersistentDefaults.Key<Date?>("date.optional")
+            try store.write { tx in
+                for (key, date) in zip(keys, dates) { tx[key] = date }
+                tx[optional] = dates[0]
+            }
+            let read = try store.read { snapshot in keys.map { snapshot[$0] } }
+            let mismatches = zip(dates, read).filter {
+                $0.timeIntervalSinceReferenceDate != $1.timeIntervalSinceReferenceDate
+            }
+            #expect(mismatches.isEmpty, "\(mismatches.count) of \(dates.count) dates read back different")
+            #expect(try store.value(for: optional) == dates[0])
+            for (key, date) in zip(keys, dates) where date == .distantFuture {
+                #expect(try store.storedValue(named: key.name) == .date(.distantFuture))
+            }
+            // Setting the same date again is no change.
+            let sequence = try store.lastSequence()
+            try store.write { tx in for (key, date) in zip(keys, dates) { tx[key] = date } }
+            #expect(try store.lastSequence() == sequence)
+        }
+    }
+
+    @Test func aDateIsStoredAsSecondsSince2001AndTheOld1970FormStillReads() throws {
+        let date = Date(timeIntervalSinceReferenceDate: 816_000_000.123_456_7)
+        let bits = date.timeIntervalSinceReferenceDate.bitPattern
+        let payload = (0..<8).reversed().map { UInt8(truncatingIfNeeded: bits >> (8 * UInt64($0))) }
+        #expect(StoredValue.date(date).bytes == [0x0B] + payload)
+        #expect(StoredValue.Tag.date.rawValue == 0x0B)
+        // Tag 0x07, seconds since 1970, as stores written before tag 0x0B hold it.
+        let legacy = 1_700_000_000.25
+        let legacyBits = legacy.bitPattern
+        let legacyBytes = [0x07] + (0..<8).reversed().map { UInt8(truncatingIfNeeded: legacyBits >> (8 * UInt64($0))) }
+        #expect(try StoredValue(bytes: legacyBytes) == .date(Date(timeIntervalSince1970: legacy)))
+        #expect(throws: StoredValueError.self) { try StoredValue(bytes: [0x07, 1, 2]) }
+        #expect(throws: StoredValueError.self) { try StoredValue(bytes: [0x0B, 1, 2]) }
+        try withTemporaryDirectory { path throws in
+            do {
+                let store = try PersistentDefaults(path: path)
+                store[.launchCount] = 1
+            }
+            try withRawWrite(path) { txn in
+                put(txn, database: "values", key: Array("legacy".utf8), value: legacyBytes)
+            }
+            let store = try PersistentDefaults(path: path)
+            let key = PersistentDefaults.Key<Date>("legacy", default: .distantPast)
+            #expect(try store.value(for: key) == Date(timeIntervalSince1970: legacy))
+            #expect(try store.verify().isEmpty)
+            // Setting the same date again is no change, though its bytes would now be tag 0x0B.
+            let sequence = try store.lastSequence()
+            try store.set(Date(timeIntervalSince1970: legacy), for: key)
+            #expect(try store.lastSequence() == sequence)
+            #expect(try store.read { try $0.commits(after: 0) }.count == 1)
         }
     }
 

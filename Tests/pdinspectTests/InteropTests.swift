@@ -51,4 +51,31 @@ struct InteropTests {
         let keys = try pdinspect("keys", fixture.path)
         #expect(keys.stdout.contains("py.bad          invalid"))
     }
+
+    @Test(arguments: ["ffffffffffffffff", "8000000000000000", "010203"])
+    func aForeignLogKeyFailsLogAndCheckWithOneLine(hexKey: String) throws {
+        let fixture = try TemporaryStore()
+        let script = """
+            import lmdb, sys
+            env = lmdb.open(sys.argv[1], max_dbs=8, subdir=True)
+            log = env.open_db(b"log", create=False)
+            with env.begin(write=True) as tx:
+                tx.put(bytes.fromhex(sys.argv[2]), b"foreign", db=log)
+            env.close()
+            """
+        #expect(try python(script, [fixture.path, hexKey]) == 0)
+        let log = try pdinspect("log", fixture.path)
+        #expect(log.status == 3, "\(log)")
+        #expect(log.isOneErrorLine, "\(log)")
+        #expect(log.stderr.contains("log key"), "\(log)")
+        let check = try pdinspect("check", fixture.path)
+        #expect(check.status == 1, "\(check)")
+        #expect(check.stderr == "pdinspect: check found 1 problem\n", "\(check)")
+        #expect(check.stdout.contains("log key"), "\(check)")
+        let set = try pdinspect("set", fixture.path, "launchCount", "4", "--type", "int")
+        #expect(set.status == 3, "\(set)")
+        #expect(set.isOneErrorLine, "\(set)")
+        #expect(try pdinspect("get", fixture.path, "launchCount").stdout == "3\n")
+        #expect(try pdinspect("stat", fixture.path).status == 0)
+    }
 }

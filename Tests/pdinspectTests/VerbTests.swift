@@ -197,6 +197,34 @@ struct VerbTests {
         #expect(timedOut.stdout.isEmpty)
     }
 
+    @Test func namesThatDifferOnlyInNormalisationAreDifferentKeys() throws {
+        let (composed, decomposed) = ("caf\u{E9}", "cafe\u{301}")
+        let fixture = try TemporaryStore()
+        let store = try fixture.open()
+        let start = try store.lastSequence()
+        try store.setStoredValue(.int(1), named: composed)
+        try store.setStoredValue(.int(2), named: decomposed)
+        let watched = try RunningTool([
+            "watch", fixture.path, decomposed, "--since", "\(start)", "--json", "--max-events", "1",
+        ]).finish()
+        #expect(watched.status == 0, "\(watched)")
+        let event = try #require(try watched.jsonLines().first)
+        #expect((event["key"] as? String).map { Array($0.utf8) } == Array(decomposed.utf8))
+        #expect(event["value"] as? Int == 2)
+        // The export file's JSON object cannot keep the two apart once read back: refuse, do
+        // not drop one.
+        let export = try pdinspect("export", fixture.path, fixture.scratch("export.json"))
+        #expect(export.status != 0, "\(export)")
+        #expect(export.isOneErrorLine, "\(export)")
+        // An import with --replace that names one form removes the other.
+        let file = fixture.scratch("import.json")
+        let document = #"{"format":"pdinspect-export","version":1,"keys":{"\#(composed)":{"type":"int","value":7}}}"#
+        #expect(FileManager.default.createFile(atPath: file, contents: Data(document.utf8)))
+        let imported = try pdinspect("import", fixture.path, file, "--replace")
+        #expect(imported.status == 0, "\(imported)")
+        #expect(try store.keyNames().map { Array($0.utf8) } == [Array(composed.utf8)])
+    }
+
     @Test func watchStopsOnSIGTERM() throws {
         let fixture = try TemporaryStore()
         let watcher = try RunningTool(["watch", fixture.path], errorPipe: true)

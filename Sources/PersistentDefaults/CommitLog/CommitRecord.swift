@@ -35,6 +35,12 @@ public struct CommitRecord: Sendable, Equatable {
             guard let encodedValue else { return nil }
             return try StoredValue(bytes: encodedValue)
         }
+
+        /// Whether both changes have the same key name, compared by its UTF-8 bytes (a key name
+        /// is its bytes: NFC "café" and NFD "cafe\u{301}" are different keys), and value.
+        public static func == (lhs: Change, rhs: Change) -> Bool {
+            lhs.key.utf8.elementsEqual(rhs.key.utf8) && lhs.encodedValue == rhs.encodedValue
+        }
     }
 
     /// Creates a record.
@@ -156,8 +162,27 @@ func sequenceKey(_ sequence: UInt64) -> [UInt8] {
     return writer.bytes
 }
 
-/// Reads a log database key; nil when it is not 8 bytes.
-func logSequence(fromKey key: UnsafeRawBufferPointer) -> UInt64? {
-    guard key.count == 8 else { return nil }
-    return key.reduce(0) { $0 << 8 | UInt64($1) }
+/// The sequence numbers a log may hold: 1 for a store's first commit, at most `Int64.max`, so
+/// that every sequence read from disk converts to `Int` and the next one (`+ 1`) cannot overflow.
+let validSequences: ClosedRange<UInt64> = 1...UInt64(Int64.max)
+
+/// Reads a log database key: 8 bytes big-endian, a number in ``validSequences``. Anything else
+/// was written by another tool and throws ``PersistentDefaultsError/corruptLogRecord(sequence:reason:)``
+/// (sequence 0 for a key that is not 8 bytes), never traps.
+func logSequence(fromKey key: UnsafeRawBufferPointer) throws(PersistentDefaultsError) -> UInt64 {
+    // Only for the messages: formatting costs more than a whole valid read.
+    var hex: String {
+        key.prefix(16).map { String($0 >> 4, radix: 16) + String($0 & 0xF, radix: 16) }.joined(separator: " ")
+    }
+    guard key.count == 8 else {
+        throw .corruptLogRecord(
+            sequence: 0, reason: "a log key is \(key.count) bytes (\(hex)\(key.count > 16 ? " …" : "")), not 8")
+    }
+    let sequence = key.reduce(0) { $0 << 8 | UInt64($1) }
+    guard validSequences.contains(sequence) else {
+        throw .corruptLogRecord(
+            sequence: sequence,
+            reason: "log key \(hex) is not a sequence number \(validSequences.lowerBound)…\(validSequences.upperBound)")
+    }
+    return sequence
 }

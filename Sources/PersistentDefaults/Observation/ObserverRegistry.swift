@@ -359,14 +359,10 @@ extension StoreCore {
         guard sequence < .max else { return batch }
         try sequenceKey(sequence + 1).withUnsafeBytes { start in
             try transaction.forEach(databases.log, from: start) { key, value in
-                guard let number = logSequence(fromKey: key) else {
-                    batch.isIncomplete = true
-                    batch.damaged.append(.corruptLogRecord(sequence: 0, reason: "a log key is not 8 bytes"))
-                    return true
-                }
-                if number != batch.newest &+ 1 { batch.isIncomplete = true }
-                batch.newest = number
                 do throws(PersistentDefaultsError) {
+                    let number = try logSequence(fromKey: key)
+                    if number != batch.newest &+ 1 { batch.isIncomplete = true }
+                    batch.newest = number
                     batch.records.append(try CommitRecord(sequence: number, bytes: value))
                 } catch {
                     batch.isIncomplete = true

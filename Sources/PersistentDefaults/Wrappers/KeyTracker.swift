@@ -42,17 +42,17 @@ final class KeyTracker: Observable, Sendable {
 }
 
 extension StoreCore {
-    /// The tracker of `key` in this store, made once per key name.
+    /// The tracker of `key` in this store, made once per key name (its UTF-8 bytes).
     func tracker<Value>(for key: PersistentDefaults.Key<Value>) -> KeyTracker {
         trackers.withLock { trackers in
-            if let tracker = trackers[key.name] { return tracker }
+            if let tracker = trackers[key.nameBytes] { return tracker }
             // Through the core, not the handle that asked first: that handle may be gone by the
             // first read, and the core lives as long as any handle (and owns the tracker).
             let tracker = KeyTracker { [weak self] tracker in
                 self?.observe(key, registered: { _ in }, deliver: { [weak tracker] _ in tracker?.changed() })
                     ?? ObservationToken {}
             }
-            trackers[key.name] = tracker
+            trackers[key.nameBytes] = tracker
             return tracker
         }
     }
