@@ -42,8 +42,8 @@ extension PersistentDefaults {
         /// then writes and syncs the meta page. About 120 µs per commit on a virtual disk.
         case sync
         /// Commits skip `fsync` (`MDB_NOSYNC`); a background task flushes every `interval`
-        /// (clamped to 1 ms … 1 day) and
-        /// when the store closes. A killed process loses nothing (its writes are in the page
+        /// (clamped to 1 ms … 1 day), when the store closes, and when the process exits normally
+        /// (an `atexit` handler, for stores that are never closed). A killed process loses nothing (its writes are in the page
         /// cache); a machine crash or power loss can lose the commits of the last `interval`.
         case bounded(interval: Duration)
 

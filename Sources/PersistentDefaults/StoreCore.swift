@@ -136,7 +136,6 @@ final class StoreCore: Sendable {
         }
         if let committed {
             localLoggedCommits.add(1, ordering: .relaxed)
-            flusher?.markDirty()
             observers.didCommit(committed, core: self)
         }
         return result
@@ -243,15 +242,37 @@ final class ErrorReporter: Sendable {
     }
 }
 
-/// Flushes a `bounded` store's commits to disk in the background.
+/// Flushes a `bounded` store's commits to disk in the background and at a normal exit.
+///
+/// What needs flushing is read from `Environment.localCommits`, which every commit of this
+/// process that changed pages advances (logged or not: store creation, migrations, `write { }`
+/// that changed nothing logged), so no writer has to remember to mark the store dirty.
+///
+/// A store that is never released (a global, `PersistentDefaults.standard`) never reaches
+/// `stop()`, so every live flusher is also listed for an `atexit` handler that syncs them all
+/// when the process exits normally (return from `main`, `exit()`).
 ///
 /// `@unchecked Sendable`: the dispatch timer is thread-safe and set up once in `init`; the
 /// rest is an `Atomic` and Sendable references.
 final class Flusher: @unchecked Sendable {
     private let environment: Environment
     private let timer: any DispatchSourceTimer
-    private let dirty = Atomic<Bool>(false)
+    /// `environment.localCommits` as of the last successful sync.
+    private let syncedCommits = Atomic<Int>(0)
     private let reporter: ErrorReporter
+
+    /// Every flusher not yet stopped, for the exit handler. Held only to insert, remove or copy,
+    /// never across I/O, so the exiting thread cannot wait on it for long.
+    private static let live = Mutex<[ObjectIdentifier: Flusher]>([:])
+    /// Registers the exit handler once per process, on first use.
+    private static let exitHandler: Void = {
+        // Ignored on purpose: atexit fails only when its table is full; the timer and close
+        // still flush, and `flush()` remains the caller's explicit guarantee.
+        _ = atexit { Flusher.flushAllAtExit() }
+    }()
+    /// How long the exit handler waits for a store that another thread holds exclusively (a map
+    /// growth or a close in progress) before it gives up on that store and lets the process exit.
+    static let exitTimeout = 2.0
 
     init(environment: Environment, interval: Duration, reporter: ErrorReporter) {
         self.environment = environment
@@ -263,23 +284,47 @@ final class Flusher: @unchecked Sendable {
         timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .nanoseconds(nanoseconds))
         self.timer = timer
         timer.setEventHandler { [weak self] in self?.flush() }
+        _ = Self.exitHandler
+        Self.live.withLock { $0[ObjectIdentifier(self)] = self }
         timer.resume()
     }
 
-    func markDirty() { dirty.store(true, ordering: .releasing) }
-
     private func flush() {
-        guard dirty.exchange(false, ordering: .acquiringAndReleasing) else { return }
-        do { try environment.sync() } catch {
-            dirty.store(true, ordering: .releasing)
+        let commits = environment.localCommits.load(ordering: .acquiring)
+        guard commits != syncedCommits.load(ordering: .acquiring) else { return }
+        do {
+            try environment.sync()
+            syncedCommits.store(commits, ordering: .releasing)
+        } catch {
             reporter.report(error)
         }
     }
 
     /// Stops the timer and flushes what is left.
     func stop() {
+        Self.live.withLock { $0[ObjectIdentifier(self)] = nil }
         timer.cancel()
         flush()
+    }
+
+    /// The exit handler: syncs every store with unsynced commits. It runs on the exiting thread
+    /// while other threads may still be writing; `mdb_env_sync` takes no LMDB lock, and the
+    /// environment's gate is tried with a timeout (`exitTimeout`), so a thread that holds it
+    /// exclusively cannot hang the exit. A commit that another thread completes after this sync
+    /// was never acknowledged before the exit began.
+    private static func flushAllAtExit() {
+        let flushers = live.withLock { Array($0.values) }
+        for flusher in flushers {
+            let commits = flusher.environment.localCommits.load(ordering: .acquiring)
+            guard commits != flusher.syncedCommits.load(ordering: .acquiring) else { continue }
+            do {
+                if try flusher.environment.syncAtExit(timeout: exitTimeout) {
+                    flusher.syncedCommits.store(commits, ordering: .releasing)
+                }
+            } catch {
+                flusher.reporter.report(error)
+            }
+        }
     }
 }
 

@@ -20,6 +20,10 @@ import PersistentDefaults
 //   pd-worker probe-read-only DIR KEY      opens read-only, prints the Int KEY, then tries a write
 //                                          and a writable open; prints what each did
 //
+//   pd-worker bounded-exit DIR COUNT       makes DIR the standard store, `.bounded` with a one-hour
+//                                          interval, sets "k" to 1…COUNT and returns from main
+//                                          without releasing it: only the exit can sync
+//
 //   pd-worker observe-idle DIR KEY SECONDS  observe KEY while idle; print the CPU time used
 //
 // Environment: PD_LOG_RETENTION sets the log retention, PD_DURABILITY=bounded the bounded
@@ -68,6 +72,13 @@ func run(_ arguments: [String]) -> ExitCode {
         case ("fill", 3):
             guard let limit = Int(arguments[2]) else { return .usage }
             return fill(path: arguments[1], limit: limit)
+        case ("bounded-exit", 3):
+            guard let count = Int(arguments[2]) else { return .usage }
+            var bounded = options()
+            bounded.durability = .bounded(interval: .seconds(3600))
+            try PersistentDefaults.configureStandard(path: arguments[1], options: bounded)
+            let key = PersistentDefaults.Key<Int>("k", default: 0)
+            for value in 1...max(count, 1) { try PersistentDefaults.standard.set(value, for: key) }
         case ("probe-read-only", 3):
             probeReadOnly(path: arguments[1], key: arguments[2])
         case (_, 4):

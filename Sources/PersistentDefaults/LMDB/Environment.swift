@@ -343,6 +343,20 @@ final class Environment: @unchecked Sendable {
         }
     }
 
+    /// `sync()` for the exit-time flush: gives up (returns false) when the gate cannot be taken
+    /// within `timeout` seconds, because another thread holds it exclusively (growing the map or
+    /// closing) while the process exits, instead of blocking the exit.
+    func syncAtExit(timeout: Double) throws -> Bool {
+        let synced: Bool? = try gate.withShared(timeout: timeout) {
+            guard !isClosed else { return true }
+            // mdb.c, mdb_env_sync: with force it fdatasyncs the data file (MDB_NOSYNC or not);
+            // it takes no LMDB lock, so a commit in progress on another thread cannot block it.
+            try check(mdb_env_sync(handle, 1), "mdb_env_sync")
+            return true
+        }
+        return synced ?? false
+    }
+
     /// Throws once the environment is closed; call with the gate held.
     private func checkOpen() throws {
         if isClosed {
