@@ -141,7 +141,9 @@ final class StoreCore: Sendable {
         return result
     }
 
-    /// Appends `changes` as the next record and prunes records past the retention.
+    /// Appends `changes` as the next record and prunes the oldest records past either bound of
+    /// the retention: more than `logRetention` records, or more than `logRetentionBytes` of pages
+    /// in the log database. The new record is always kept.
     func appendLog(_ changes: [CommitRecord.Change], in transaction: Transaction) throws -> CommitRecord {
         let record = CommitRecord(
             sequence: try lastSequence(in: transaction) + 1, timestamp: Date(), processID: getpid(), changes: changes)
@@ -150,13 +152,32 @@ final class StoreCore: Sendable {
             try encoded.withUnsafeBytes { try transaction.put(databases.log, key, $0) }
         }
         let retention = UInt64(max(options.logRetention, 1))
-        if record.sequence > retention {
-            let cutoff = record.sequence - retention
-            try transaction.deleteLeading(databases.log) { key in
-                logSequence(fromKey: key).map { $0 <= cutoff } ?? false
-            }
+        let cutoff = record.sequence > retention ? record.sequence - retention : 0
+        let byteBound = max(options.logRetentionBytes, 0)
+        // The size is what the log's B-tree and overflow pages take in data.mdb, from
+        // `mdb_stat`, which copies the counters LMDB keeps in the transaction's database record
+        // (mdb.c, mdb_stat0): O(1), no scan, exact also after other processes' commits, and
+        // nothing new in the file format. Deleting a record frees its overflow pages at once,
+        // so the counters drop as the loop deletes; small records free a leaf page every few
+        // dozen deletions. In the common case (the bound not reached) this is one mdb_stat.
+        var overBytes = try logBytes(in: transaction) > byteBound
+        guard cutoff > 0 || overBytes else { return record }
+        try transaction.deleteLeading(databases.log) { key in
+            guard let sequence = logSequence(fromKey: key), sequence < record.sequence else { return false }
+            if sequence <= cutoff { return true }
+            // Measured before each deletion past the count bound: the previous one may have
+            // brought the log under the byte bound.
+            if overBytes { overBytes = try logBytes(in: transaction) > byteBound }
+            return overBytes
         }
         return record
+    }
+
+    /// The bytes of the pages that the log database takes (`mdb_stat`: branch, leaf and
+    /// overflow pages times the page size).
+    func logBytes(in transaction: Transaction) throws -> Int {
+        let statistics = try transaction.statistics(databases.log)
+        return statistics.pageSize * (statistics.branchPages + statistics.leafPages + statistics.overflowPages)
     }
 
     // MARK: Reading

@@ -482,7 +482,9 @@ struct Transaction {
 
     /// Deletes entries from the first one on while `shouldDelete` says so; returns how many.
     @discardableResult
-    func deleteLeading(_ database: DatabaseHandle, while shouldDelete: (UnsafeRawBufferPointer) -> Bool) throws -> Int {
+    func deleteLeading(_ database: DatabaseHandle, while shouldDelete: (UnsafeRawBufferPointer) throws -> Bool)
+        throws -> Int
+    {
         var opened: OpaquePointer?
         try check(mdb_cursor_open(handle, database, &opened), "mdb_cursor_open")
         guard let cursor = opened else { return 0 }
@@ -494,7 +496,9 @@ struct Transaction {
             let code = mdb_cursor_get(cursor, &key, &data, MDB_FIRST)
             if code == MDB_NOTFOUND { return deleted }
             try check(code, "mdb_cursor_get")
-            guard shouldDelete(UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)) else { return deleted }
+            guard try shouldDelete(UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)) else {
+                return deleted
+            }
             let deleteCode = mdb_cursor_del(cursor, 0)
             environment.notePut(bytes: 0, code: deleteCode)
             try check(deleteCode, "mdb_cursor_del")
