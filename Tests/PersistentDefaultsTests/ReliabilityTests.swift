@@ -270,6 +270,41 @@ struct FaultReliabilityTests {
         #expect(afterwards.contains("read: 7"), "\(afterwards)")
     }
 
+    /// A failed mmap while adopting another process's map size (here under RLIMIT_AS) left LMDB
+    /// with its old map unmapped and the next call crashed. It must throw, and the same handle
+    /// must read afterwards; the store must be intact.
+    @Test func aMapSizeThatCannotBeMappedThrowsAndLeavesTheStoreUsable() throws {
+        try withTemporaryDirectory { path throws in
+            let answer = PersistentDefaults.Key<Int>("answer", default: -1)
+            let blob = PersistentDefaults.Key<Data>("blob", default: Data())
+            do { try PersistentDefaults(path: path).set(7, for: answer) }
+            let child = try Child(["map-under-limit", path])
+            defer { if child.process.isRunning { child.kill() } }
+            #expect(child.wait(for: "limited"), "\(child.text)")
+            do {
+                // A 1 GiB map (address space only) recorded in the meta page, and data past the
+                // child's 1 MiB map, so that its next read must adopt the 1 GiB map.
+                var options = PersistentDefaults.Options()
+                options.initialMapSize = 1 << 30
+                try PersistentDefaults(path: path, options: options).set(
+                    Data(repeating: 0xCD, count: 4 << 20), for: blob)
+            }
+            #expect(child.wait(for: "write: ", timeout: 60), "\(child.text)")
+            child.process.waitUntilExit()
+            #expect(child.process.terminationReason == .exit, "killed by signal \(child.process.terminationStatus)")
+            #expect(child.process.terminationStatus == 0, "\(child.text)")
+            #expect(
+                child.text.contains("error: mdb_env_set_mapsize(0) (mapping the store at the size another process set"),
+                "\(child.text)")
+            #expect(child.text.contains("Cannot allocate memory"), "\(child.text)")
+            #expect(child.text.contains("after: 7 \(4 << 20)"), "\(child.text)")
+            let store = try PersistentDefaults(path: path)
+            #expect(try store.verify().isEmpty)
+            #expect(try store.value(for: blob) == Data(repeating: 0xCD, count: 4 << 20))
+            #expect([7, 8].contains(store[answer]))
+        }
+    }
+
     /// Opening a store that another process is writing must not mistake the file for a
     /// truncated one: the meta pages may name pages written after the file size was taken.
     @Test func checkingAStoreThatAnotherProcessIsGrowingNeverCallsItTruncated() throws {

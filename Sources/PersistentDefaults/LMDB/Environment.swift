@@ -66,11 +66,13 @@ struct EnvironmentInfo: Sendable, Equatable {
 /// One open LMDB environment: the only owner of its `MDB_env *`.
 ///
 /// `@unchecked Sendable`: LMDB environments are thread-safe; every use of the handle happens
-/// under `gate` (shared for transactions, exclusive for map changes and close), the read pool
+/// under `gate` (shared for transactions, exclusive for map changes, close and replacing the
+/// handle after a failed map change), the read pool
 /// sits behind a `Mutex`, and `writeSawMapFull` is touched only by the thread that holds LMDB's
 /// process-shared writer mutex, as is `writeBytes`.
 final class Environment: @unchecked Sendable {
-    fileprivate let handle: EnvironmentHandle
+    /// Replaced only under the exclusive gate, when a failed map change forces a reopen.
+    fileprivate private(set) var handle: EnvironmentHandle
     let gate = TransactionGate()
     let configuration: EnvironmentConfiguration
     /// Whether the environment was opened without LMDB's lock file (read-only directories).
@@ -81,6 +83,11 @@ final class Environment: @unchecked Sendable {
     let pageSize: Int
     private let readPool = Mutex<[PooledTransaction]>([])
     private var isClosed = false
+    /// Why the environment became unusable (a failed map change that could not be undone), if so.
+    private var brokenReason: String?
+    /// The named databases opened in this environment, in the order LMDB numbered them, to open
+    /// them again after a reopen.
+    private let openedDatabases = Mutex<[(name: String, handle: DatabaseHandle)]>([])
     private var writeSawMapFull = false
     /// Bytes put in the current write transaction, to size the map when it is full.
     private var writeBytes = 0
@@ -121,6 +128,11 @@ final class Environment: @unchecked Sendable {
         var stat = MDB_stat()
         _ = mdb_env_stat(handle, &stat)  // Cannot fail on an open environment.
         pageSize = Int(stat.ms_psize)
+        try clearStaleReadersAtOpen()
+    }
+
+    /// Clears reader slots of crashed processes, unless lockless.
+    private func clearStaleReadersAtOpen() throws(PersistentDefaultsError) {
         if !isLockless {
             var dead: Int32 = 0
             // Crashed readers leave stale slots; lmdb.h: "Check for stale entries in the reader lock table."
@@ -128,7 +140,7 @@ final class Environment: @unchecked Sendable {
         }
     }
 
-    private static func open(_ configuration: EnvironmentConfiguration, lockless: Bool)
+    private static func open(_ configuration: EnvironmentConfiguration, lockless: Bool, mapSize: Int? = nil)
         throws(PersistentDefaultsError) -> EnvironmentHandle
     {
         var created: EnvironmentHandle?
@@ -138,7 +150,7 @@ final class Environment: @unchecked Sendable {
         }
         do {
             try check(mdb_env_set_maxdbs(env, 8), "mdb_env_set_maxdbs")
-            try check(mdb_env_set_mapsize(env, configuration.mapSize), "mdb_env_set_mapsize")
+            try check(mdb_env_set_mapsize(env, mapSize ?? configuration.mapSize), "mdb_env_set_mapsize")
             try check(
                 mdb_env_set_maxreaders(env, UInt32(clamping: max(configuration.maxReaders, 1))),
                 "mdb_env_set_maxreaders")
@@ -329,7 +341,92 @@ final class Environment: @unchecked Sendable {
             while size < used + 2 * bytes + (1 << 20) || size == facts.mapSize {
                 size = size < gib ? size * 2 : size + gib
             }
-            try check(mdb_env_set_mapsize(handle, size), "mdb_env_set_mapsize(\(size))")
+            try setMapSize(size, previous: facts.mapSize)
+        }
+    }
+
+    /// `mdb_env_set_mapsize` with the gate held exclusively; on failure the environment is
+    /// reopened with the `previous` size, so that the error leaves it usable.
+    ///
+    /// mdb.c (0.9.24), `mdb_env_set_mapsize` on an open environment: `munmap(env->me_map,
+    /// env->me_mapsize); env->me_mapsize = size; … rc = mdb_env_map(env, old); if (rc) return rc;`
+    /// and `mdb_env_map` on a failed mmap: `env->me_map = NULL; return ErrCode();`. The old map
+    /// is gone, `me_metas` still point into it, and `me_maxpg` still describes it: the next
+    /// `mdb_txn_begin` reads the unmapped meta pages and crashes. Calling `mdb_env_set_mapsize`
+    /// again cannot repair it: with `me_map` NULL it only records the size (its `if
+    /// (env->me_map)` branch is skipped) and maps nothing. The only way back is to close the
+    /// `MDB_env` (`mdb_env_close0` unmaps only `if (env->me_map)`) and open a new one.
+    private func setMapSize(_ size: Int, previous: Int) throws {
+        let code = mdb_env_set_mapsize(handle, size)
+        guard code != MDB_SUCCESS else { return }
+        // EINVAL: a transaction of this environment is active; LMDB returned before unmapping.
+        if code == EINVAL { try check(code, "mdb_env_set_mapsize(\(size))") }
+        let failure = PersistentDefaultsError.lmdb(
+            code: LMDBResultCode(rawValue: code),
+            operation: "mdb_env_set_mapsize(\(size)) ("
+                + (size == 0 ? "mapping the store at the size another process set" : "growing the map")
+                + "; the environment was reopened at its previous map size \(previous))")
+        try reopen(mapSize: previous, after: failure)
+        throw failure
+    }
+
+    /// Replaces the `MDB_env` whose map a failed `mdb_env_set_mapsize` left unmapped: closes it
+    /// and opens the environment again at `mapSize` (LMDB rounds it up to the used pages), with
+    /// the same named databases under the same numbers. Call with the gate held exclusively, so
+    /// that no transaction of this process is active. If that fails too, the environment is
+    /// marked broken: every later call throws instead of touching LMDB.
+    private func reopen(mapSize: Int, after failure: PersistentDefaultsError) throws {
+        abortPooledTransactions()
+        // lmdb.h: "Only a single thread may call this function. All transactions, databases,
+        // and cursors must already be closed before calling this function."
+        mdb_env_close(handle)
+        do {
+            let replacement = try Self.open(configuration, lockless: isLockless, mapSize: mapSize)
+            do {
+                try reopenDatabases(in: replacement)
+            } catch {
+                mdb_env_close(replacement)
+                throw error
+            }
+            handle = replacement
+        } catch {
+            isClosed = true
+            brokenReason = "\(failure); reopening the environment failed too: \(error)"
+            throw PersistentDefaultsError.lmdb(
+                code: failure.code ?? .invalid, operation: brokenReason ?? "\(failure)")
+        }
+        // Best effort, as at open: a failure here leaves stale slots, which the next open clears.
+        try? clearStaleReadersAtOpen()
+    }
+
+    /// Opens the named databases again, in the order that gives them their old numbers (LMDB
+    /// numbers a newly opened database with the first free slot, mdb.c `mdb_dbi_open`), and
+    /// checks that it did.
+    private func reopenDatabases(in environment: EnvironmentHandle) throws {
+        let databases = openedDatabases.withLock { $0 }.sorted { $0.handle < $1.handle }
+        var begun: TransactionHandle?
+        try check(mdb_txn_begin(environment, nil, UInt32(MDB_RDONLY), &begun), "mdb_txn_begin(read-only)")
+        guard let transaction = begun else {
+            throw PersistentDefaultsError.lmdb(code: .badTransaction, operation: "mdb_txn_begin")
+        }
+        for database in databases {
+            var number: MDB_dbi = 0
+            let code = mdb_dbi_open(transaction, database.name, 0, &number)
+            guard code == MDB_SUCCESS, number == database.handle else {
+                mdb_txn_abort(transaction)
+                try check(code, "mdb_dbi_open(\(database.name))")
+                throw PersistentDefaultsError.lmdb(
+                    code: .badDatabaseHandle, operation: "reopen database \(database.name) as \(database.handle)")
+            }
+        }
+        // lmdb.h: "After a successful commit the handle will reside in the shared environment".
+        try check(mdb_txn_commit(transaction), "mdb_txn_commit(read-only)")
+    }
+
+    /// Records a named database opened in this environment (see `reopenDatabases`).
+    fileprivate func noteOpened(_ name: String, as database: DatabaseHandle) {
+        openedDatabases.withLock { opened in
+            if !opened.contains(where: { $0.handle == database }) { opened.append((name, database)) }
         }
     }
 
@@ -342,7 +439,7 @@ final class Environment: @unchecked Sendable {
         try gate.withExclusive {
             try checkOpen()
             abortPooledTransactions()
-            try check(mdb_env_set_mapsize(handle, 0), "mdb_env_set_mapsize(0)")
+            try setMapSize(0, previous: rawInfo().mapSize)
         }
     }
 
@@ -372,6 +469,11 @@ final class Environment: @unchecked Sendable {
 
     /// Throws once the environment is closed; call with the gate held.
     private func checkOpen() throws {
+        if let brokenReason {
+            throw PersistentDefaultsError.lmdb(
+                code: LMDBResultCode(rawValue: EINVAL),
+                operation: "use \(configuration.path), unusable since a failed map change: \(brokenReason)")
+        }
         if isClosed {
             throw PersistentDefaultsError.lmdb(
                 code: LMDBResultCode(rawValue: EINVAL), operation: "use \(configuration.path) after it was closed")
@@ -397,17 +499,22 @@ final class Environment: @unchecked Sendable {
 
     /// Statistics of the environment's main database (`mdb_env_stat`).
     func statistics() -> DatabaseStatistics {
-        var stat = MDB_stat()
-        _ = mdb_env_stat(handle, &stat)  // Cannot fail on an open environment.
-        return DatabaseStatistics(stat)
+        gate.withShared {
+            var stat = MDB_stat()
+            if !isClosed { _ = mdb_env_stat(handle, &stat) }  // Cannot fail on an open environment.
+            return DatabaseStatistics(stat)
+        }
     }
 
     /// Removes reader slots of dead processes; returns how many were cleared.
     func clearStaleReaders() throws -> Int {
         guard !isLockless else { return 0 }
-        var dead: Int32 = 0
-        try check(mdb_reader_check(handle, &dead), "mdb_reader_check")
-        return Int(dead)
+        return try gate.withShared {
+            try checkOpen()
+            var dead: Int32 = 0
+            try check(mdb_reader_check(handle, &dead), "mdb_reader_check")
+            return Int(dead)
+        }
     }
 
     /// The reader table as `mdb_reader_list` prints it.
@@ -415,13 +522,16 @@ final class Environment: @unchecked Sendable {
         final class Lines { var text = "" }
         let lines = Lines()
         let context = Unmanaged.passUnretained(lines).toOpaque()
-        _ = mdb_reader_list(
-            handle,
-            { message, context in
-                guard let message, let context else { return -1 }
-                Unmanaged<Lines>.fromOpaque(context).takeUnretainedValue().text += String(cString: message)
-                return 0
-            }, context)
+        gate.withShared {
+            guard !isClosed else { return }
+            _ = mdb_reader_list(
+                handle,
+                { message, context in
+                    guard let message, let context else { return -1 }
+                    Unmanaged<Lines>.fromOpaque(context).takeUnretainedValue().text += String(cString: message)
+                    return 0
+                }, context)
+        }
         return lines.text
     }
 
@@ -458,6 +568,7 @@ struct Transaction {
         let code = mdb_dbi_open(handle, name, create ? UInt32(MDB_CREATE) : 0, &database)
         if code == MDB_NOTFOUND { return nil }
         try check(code, "mdb_dbi_open(\(name))")
+        environment.noteOpened(name, as: database)
         return database
     }
 
