@@ -7,6 +7,7 @@ extension PersistentDefaults {
     /// var options = PersistentDefaults.Options()
     /// options.durability = .bounded(interval: .milliseconds(200))
     /// options.logRetention = 1_000
+    /// options.logRetentionBytes = 1 << 20
     /// let store = try PersistentDefaults(path: dir, options: options)
     /// ```
     public struct Options: Sendable {
@@ -19,6 +20,13 @@ extension PersistentDefaults {
         public var initialMapSize = 1 << 20
         /// How many commit-log records to keep; older ones are pruned. At least 1. Default 10,000.
         public var logRetention = 10_000
+        /// How many bytes of `data.mdb` the commit log may take (its pages, as `mdb_stat` counts
+        /// them); the oldest records past it are pruned in the committing transaction, as with
+        /// ``logRetention``, and the newest record is kept even when it alone is larger.
+        /// Default 4 MiB: thousands of ordinary settings commits fit (10,000 small records take
+        /// about 1 MiB, so ``logRetention`` governs them), while a stream of large values keeps
+        /// only a few MiB of history instead of growing the file by every value written.
+        public var logRetentionBytes = 4 << 20
         /// Reader slots in the lock file (`mdb_env_set_maxreaders`), at least 1. Default 126,
         /// LMDB's default. Only the process that creates the lock file sets it.
         public var maxReaders = 126
@@ -42,8 +50,8 @@ extension PersistentDefaults {
         /// then writes and syncs the meta page. About 120 µs per commit on a virtual disk.
         case sync
         /// Commits skip `fsync` (`MDB_NOSYNC`); a background task flushes every `interval`
-        /// (clamped to 1 ms … 1 day) and
-        /// when the store closes. A killed process loses nothing (its writes are in the page
+        /// (clamped to 1 ms … 1 day), when the store closes, and when the process exits normally
+        /// (an `atexit` handler, for stores that are never closed). A killed process loses nothing (its writes are in the page
         /// cache); a machine crash or power loss can lose the commits of the last `interval`.
         case bounded(interval: Duration)
 

@@ -116,7 +116,7 @@ public final class PersistentDefaults: Sendable {
     /// The commit-log records after `sequence`, oldest first, at most `limit`.
     ///
     /// Persist the last sequence you handled and pass it after a restart to catch up. Records
-    /// older than the retention (``Options/logRetention``) are gone; compare
+    /// past the retention (``Options/logRetention``, ``Options/logRetentionBytes``) are gone; compare
     /// ``lastSequence()`` and the first record's sequence to tell.
     public func commits(after sequence: UInt64, limit: Int = .max) throws -> [CommitRecord] {
         try read { try $0.commits(after: sequence, limit: limit) }

@@ -141,11 +141,12 @@ final class StoreCore: Sendable {
             committed = try writer.finish()
             return result
         }
-        if committed != nil { flusher?.markDirty() }
         return (result, committed)
     }
 
-    /// Appends `changes` as the next record and prunes records past the retention. Throws
+    /// Appends `changes` as the next record and prunes the oldest records past either bound of
+    /// the retention: more than `logRetention` records, or more than `logRetentionBytes` of pages
+    /// in the log database. The new record is always kept. Throws
     /// ``PersistentDefaultsError/corruptLogRecord(sequence:reason:)`` when a log key on the way
     /// is not a sequence number: the write fails instead of trapping or reusing a number.
     func appendLog(_ changes: [CommitRecord.Change], in transaction: Transaction) throws -> CommitRecord {
@@ -161,20 +162,33 @@ final class StoreCore: Sendable {
             try encoded.withUnsafeBytes { try transaction.put(databases.log, key, $0) }
         }
         let retention = UInt64(max(options.logRetention, 1))
-        if record.sequence > retention {
-            let cutoff = record.sequence - retention
-            var foreignKey: PersistentDefaultsError?
-            try transaction.deleteLeading(databases.log) { key in
-                do throws(PersistentDefaultsError) {
-                    return try logSequence(fromKey: key) <= cutoff
-                } catch {
-                    foreignKey = error
-                    return false
-                }
-            }
-            if let foreignKey { throw foreignKey }
+        let cutoff = record.sequence > retention ? record.sequence - retention : 0
+        let byteBound = max(options.logRetentionBytes, 0)
+        // The size is what the log's B-tree and overflow pages take in data.mdb, from
+        // `mdb_stat`, which copies the counters LMDB keeps in the transaction's database record
+        // (mdb.c, mdb_stat0): O(1), no scan, exact also after other processes' commits, and
+        // nothing new in the file format. Deleting a record frees its overflow pages at once,
+        // so the counters drop as the loop deletes; small records free a leaf page every few
+        // dozen deletions. In the common case (the bound not reached) this is one mdb_stat.
+        var overBytes = try logBytes(in: transaction) > byteBound
+        guard cutoff > 0 || overBytes else { return record }
+        try transaction.deleteLeading(databases.log) { key in
+            let sequence = try logSequence(fromKey: key)
+            guard sequence < record.sequence else { return false }
+            if sequence <= cutoff { return true }
+            // Measured before each deletion past the count bound: the previous one may have
+            // brought the log under the byte bound.
+            if overBytes { overBytes = try logBytes(in: transaction) > byteBound }
+            return overBytes
         }
         return record
+    }
+
+    /// The bytes of the pages that the log database takes (`mdb_stat`: branch, leaf and
+    /// overflow pages times the page size).
+    func logBytes(in transaction: Transaction) throws -> Int {
+        let statistics = try transaction.statistics(databases.log)
+        return statistics.pageSize * (statistics.branchPages + statistics.leafPages + statistics.overflowPages)
     }
 
     // MARK: Reading
@@ -259,15 +273,37 @@ final class ErrorReporter: Sendable {
     }
 }
 
-/// Flushes a `bounded` store's commits to disk in the background.
+/// Flushes a `bounded` store's commits to disk in the background and at a normal exit.
+///
+/// What needs flushing is read from `Environment.localCommits`, which every commit of this
+/// process that changed pages advances (logged or not: store creation, migrations, `write { }`
+/// that changed nothing logged), so no writer has to remember to mark the store dirty.
+///
+/// A store that is never released (a global, `PersistentDefaults.standard`) never reaches
+/// `stop()`, so every live flusher is also listed for an `atexit` handler that syncs them all
+/// when the process exits normally (return from `main`, `exit()`).
 ///
 /// `@unchecked Sendable`: the dispatch timer is thread-safe and set up once in `init`; the
 /// rest is an `Atomic` and Sendable references.
 final class Flusher: @unchecked Sendable {
     private let environment: Environment
     private let timer: any DispatchSourceTimer
-    private let dirty = Atomic<Bool>(false)
+    /// `environment.localCommits` as of the last successful sync.
+    private let syncedCommits = Atomic<Int>(0)
     private let reporter: ErrorReporter
+
+    /// Every flusher not yet stopped, for the exit handler. Held only to insert, remove or copy,
+    /// never across I/O, so the exiting thread cannot wait on it for long.
+    private static let live = Mutex<[ObjectIdentifier: Flusher]>([:])
+    /// Registers the exit handler once per process, on first use.
+    private static let exitHandler: Void = {
+        // Ignored on purpose: atexit fails only when its table is full; the timer and close
+        // still flush, and `flush()` remains the caller's explicit guarantee.
+        _ = atexit { Flusher.flushAllAtExit() }
+    }()
+    /// How long the exit handler waits for a store that another thread holds exclusively (a map
+    /// growth or a close in progress) before it gives up on that store and lets the process exit.
+    static let exitTimeout = 2.0
 
     init(environment: Environment, interval: Duration, reporter: ErrorReporter) {
         self.environment = environment
@@ -279,23 +315,47 @@ final class Flusher: @unchecked Sendable {
         timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .nanoseconds(nanoseconds))
         self.timer = timer
         timer.setEventHandler { [weak self] in self?.flush() }
+        _ = Self.exitHandler
+        Self.live.withLock { $0[ObjectIdentifier(self)] = self }
         timer.resume()
     }
 
-    func markDirty() { dirty.store(true, ordering: .releasing) }
-
     private func flush() {
-        guard dirty.exchange(false, ordering: .acquiringAndReleasing) else { return }
-        do { try environment.sync() } catch {
-            dirty.store(true, ordering: .releasing)
+        let commits = environment.localCommits.load(ordering: .acquiring)
+        guard commits != syncedCommits.load(ordering: .acquiring) else { return }
+        do {
+            try environment.sync()
+            syncedCommits.store(commits, ordering: .releasing)
+        } catch {
             reporter.report(error)
         }
     }
 
     /// Stops the timer and flushes what is left.
     func stop() {
+        Self.live.withLock { $0[ObjectIdentifier(self)] = nil }
         timer.cancel()
         flush()
+    }
+
+    /// The exit handler: syncs every store with unsynced commits. It runs on the exiting thread
+    /// while other threads may still be writing; `mdb_env_sync` takes no LMDB lock, and the
+    /// environment's gate is tried with a timeout (`exitTimeout`), so a thread that holds it
+    /// exclusively cannot hang the exit. A commit that another thread completes after this sync
+    /// was never acknowledged before the exit began.
+    private static func flushAllAtExit() {
+        let flushers = live.withLock { Array($0.values) }
+        for flusher in flushers {
+            let commits = flusher.environment.localCommits.load(ordering: .acquiring)
+            guard commits != flusher.syncedCommits.load(ordering: .acquiring) else { continue }
+            do {
+                if try flusher.environment.syncAtExit(timeout: exitTimeout) {
+                    flusher.syncedCommits.store(commits, ordering: .releasing)
+                }
+            } catch {
+                flusher.reporter.report(error)
+            }
+        }
     }
 }
 

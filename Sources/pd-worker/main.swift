@@ -22,6 +22,17 @@ import PersistentDefaults
 //
 //   pd-worker open-standard                PersistentDefaults.openStandard(); prints "opened PATH"
 //
+//   pd-worker bounded-exit DIR COUNT       makes DIR the standard store, `.bounded` with a one-hour
+//                                          interval, sets "k" to 1…COUNT and returns from main
+//                                          without releasing it: only the exit can sync
+//
+//   pd-worker map-under-limit DIR          reads the Int "answer", lowers RLIMIT_AS to the address
+//                                          space in use + 32 MiB, prints "limited", then reads
+//                                          "answer" every millisecond until a read fails (another
+//                                          process grew the store and its map size cannot be
+//                                          mapped here); prints "error: …", "after: ANSWER BLOBSIZE"
+//                                          and "write: …" for reads and a write after the failure
+//
 //   pd-worker observe-idle DIR KEY SECONDS  observe KEY while idle; print the CPU time used
 //
 // Environment: PD_LOG_RETENTION sets the log retention, PD_DURABILITY=bounded the bounded
@@ -74,6 +85,15 @@ func run(_ arguments: [String]) -> ExitCode {
         case ("fill", 3):
             guard let limit = Int(arguments[2]) else { return .usage }
             return fill(path: arguments[1], limit: limit)
+        case ("bounded-exit", 3):
+            guard let count = Int(arguments[2]) else { return .usage }
+            var bounded = options()
+            bounded.durability = .bounded(interval: .seconds(3600))
+            try PersistentDefaults.configureStandard(path: arguments[1], options: bounded)
+            let key = PersistentDefaults.Key<Int>("k", default: 0)
+            for value in 1...max(count, 1) { try PersistentDefaults.standard.set(value, for: key) }
+        case ("map-under-limit", 2):
+            return mapUnderLimit(path: arguments[1])
         case ("probe-read-only", 3):
             probeReadOnly(path: arguments[1], key: arguments[2])
         case (_, 4):
@@ -183,6 +203,54 @@ func fill(path: String, limit: Int) -> ExitCode {
         let code = (error as? PersistentDefaultsError)?.code?.rawValue
         return code == EFBIG || code == ENOSPC ? .ok : .failure
     }
+}
+
+/// The address space this process uses, in bytes (`/proc/self/statm`, first field, in pages).
+func addressSpaceBytes() -> Int? {
+    guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8),
+        let pages = text.split(separator: " ").first.flatMap({ Int($0) })
+    else { return nil }
+    return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+}
+
+func mapUnderLimit(path: String) -> ExitCode {
+    let answer = PersistentDefaults.Key<Int>("answer", default: -1)
+    let blob = PersistentDefaults.Key<Data>("blob", default: Data())
+    do {
+        let store = try PersistentDefaults(path: path, options: options())
+        say("before: \(try store.value(for: answer))")
+        guard let used = addressSpaceBytes() else { return .failure }
+        var bound = rlimit(rlim_cur: rlim_t(used + 32 << 20), rlim_max: rlim_t(used + 32 << 20))
+        guard setrlimit(Int32(RLIMIT_AS.rawValue), &bound) == 0 else { return .failure }
+        say("limited")
+        // Polling is the point here: the event is another process's commit, seen by a read.
+        let deadline = Date().addingTimeInterval(60)
+        var failure: (any Error)?
+        while failure == nil, Date() < deadline {
+            do {
+                _ = try store.value(for: answer)
+                usleep(1_000)
+            } catch {
+                failure = error
+            }
+        }
+        guard let failure else {
+            say("no failure")
+            return .failure
+        }
+        say("error: \(failure)")
+        say("after: \(try store.value(for: answer)) \(try store.value(for: blob).count)")
+        do {
+            try store.set(8, for: answer)
+            say("write: ok")
+        } catch {
+            say("write: \(error)")
+        }
+    } catch {
+        say("failed: \(error)")
+        return .failure
+    }
+    return .ok
 }
 
 func probeReadOnly(path: String, key: String) {

@@ -4,6 +4,52 @@ import PersistentDefaults
 import Testing
 
 @Suite struct CommitLogTests {
+    /// 300 sets of a 1 MiB value once left a 304 MiB data.mdb (the log was bounded by count
+    /// only). With the default 4 MiB byte bound the log keeps the newest records that fit, and
+    /// the file stays within the bound, the live value and LMDB's copy-on-write churn.
+    @Test func theLogIsBoundedInBytesSoLargeValuesDoNotPileUpInTheFile() throws {
+        try withTemporaryStore { store, path, log throws in
+            #expect(PersistentDefaults.Options().logRetentionBytes == 4 << 20)
+            let blob = PersistentDefaults.Key<Data>("blob", default: Data())
+            for index in 0..<300 {
+                try store.set(Data(repeating: UInt8(truncatingIfNeeded: index), count: 1 << 20), for: blob)
+            }
+            let statistics = try store.statistics()
+            #expect(statistics.dataFileSize < 16 << 20, "data.mdb is \(statistics.dataFileSize) bytes")
+            let logBytes =
+                statistics.log.pageSize
+                * (statistics.log.leafPages + statistics.log.branchPages + statistics.log.overflowPages)
+            #expect(logBytes <= 4 << 20)
+            let records = try store.commits(after: 0)
+            // The newest records, contiguous, ending at the last commit; as many as fit.
+            #expect(records.map(\.sequence) == Array(UInt64(301 - records.count)...300))
+            #expect((2...4).contains(records.count), "\(records.count) records kept")
+            #expect(statistics.log.entries == records.count)
+            #expect(statistics.logRange == UInt64(301 - records.count)...300)
+            #expect(try records.last?.changes.first?.storedValue() == .data(Data(repeating: 43, count: 1 << 20)))
+            // A reader that persisted sequence 10 sees that records after it were pruned.
+            let resumed = try store.commits(after: 10)
+            #expect(resumed.first?.sequence == statistics.logRange?.lowerBound)
+            #expect(try #require(statistics.logRange).lowerBound > 11)
+            #expect(try store.verify().isEmpty)
+            #expect(log.all.isEmpty)
+        }
+    }
+
+    @Test func theNewestRecordIsKeptEvenWhenItAloneExceedsTheByteBound() throws {
+        var options = PersistentDefaults.Options()
+        options.logRetentionBytes = 1_000
+        try withTemporaryStore(options: options) { store, _, _ throws in
+            store[.launchCount] = 1
+            store[.launchCount] = 2
+            #expect(try store.commits(after: 0).map(\.sequence) == [2])  // small records: one page
+            try store.set(
+                Data(repeating: 1, count: 64 << 10), for: PersistentDefaults.Key<Data>("big", default: Data()))
+            #expect(try store.commits(after: 0).map(\.sequence) == [3])
+            #expect(try store.lastSequence() == 3)
+        }
+    }
+
     @Test func everyWriteTransactionAppendsOneRecordWithItsChanges() throws {
         try withTemporaryStore { store, _, _ throws in
             let before = Date().addingTimeInterval(-1)

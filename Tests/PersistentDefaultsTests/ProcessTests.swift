@@ -94,6 +94,13 @@ import Testing
     }
 }
 
+/// Whether strace can trace a child here (it is installed and ptrace is permitted).
+let canTrace: Bool = {
+    guard FileManager.default.isExecutableFile(atPath: "/usr/bin/strace") else { return false }
+    return (try? runProcess(URL(fileURLWithPath: "/usr/bin/strace"), ["-qq", "-e", "trace=none", "/bin/true"]).status)
+        == 0
+}()
+
 @Suite struct DurabilityTests {
     @Test func boundedModeCommitsAreReadableAndSurviveReopen() throws {
         try withTemporaryDirectory { path throws in
@@ -108,6 +115,39 @@ import Testing
             let reopened = try PersistentDefaults(path: path)
             #expect(reopened[.launchCount] == 100)
             #expect(try reopened.lastSequence() == 100)
+        }
+    }
+
+    /// A `.bounded` store that is never released (here the standard store) must still be synced
+    /// when the process exits normally, or a machine crash right after the exit loses more than
+    /// the interval. Checked from outside with strace, since syncing is invisible to the process:
+    /// the last write to `data.mdb` must be followed by an `fdatasync`/`fsync` of it. (Meta pages
+    /// go through the same descriptor in `.bounded` mode: LMDB writes them to `me_fd`, not to the
+    /// O_DSYNC `me_mfd`, when MDB_NOSYNC is set.)
+    @Test(.enabled(if: canTrace, "needs strace with ptrace permitted (tools/setup installs strace)"))
+    func boundedCommitsOfAStoreNeverReleasedAreSyncedAtANormalExit() throws {
+        try withTemporaryDirectory { path throws in
+            let trace = path + ".strace"
+            defer { try? FileManager.default.removeItem(atPath: trace) }
+            let result = try runProcess(
+                URL(fileURLWithPath: "/usr/bin/strace"),
+                [
+                    "-f", "-y", "-qq", "-o", trace, "-e", "trace=pwrite64,pwritev,write,writev,fdatasync,fsync,msync",
+                    productsDirectory.appendingPathComponent("pd-worker").path, "bounded-exit", path, "50",
+                ])
+            #expect(result.status == 0 && result.exitedNormally, "\(result.output)")
+            // Lines look like `1234  fdatasync(4</tmp/…/data.mdb>) = 0`: keep the call names.
+            let calls: [String] = try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n")
+                .filter { $0.contains("/data.mdb>") }
+                .compactMap { line in line.split(separator: " ").dropFirst().first }
+                .map { String($0.prefix { $0 != "(" }) }
+            let writes: Set<String> = ["pwrite64", "pwritev", "write", "writev"]
+            let syncs: Set<String> = ["fdatasync", "fsync", "msync"]
+            let lastWrite = try #require(calls.lastIndex { writes.contains($0) })
+            let lastSync = calls.lastIndex { syncs.contains($0) } ?? -1
+            #expect(lastSync > lastWrite, "the last data.mdb calls: \(calls.suffix(6))")
+            let store = try PersistentDefaults(path: path)
+            #expect(store[PersistentDefaults.Key<Int>("k", default: 0)] == 50)
         }
     }
 

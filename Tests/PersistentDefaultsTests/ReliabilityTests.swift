@@ -230,6 +230,81 @@ struct FaultReliabilityTests {
         _ = chmod(path, 0o700)
     }
 
+    /// Without write access to `lock.mdb` a read-only open runs without LMDB's lock file
+    /// (MDB_NOLOCK), which is safe only when no other process has the store open: a writer that
+    /// cannot see this reader reuses pages it is reading (915–982 of 1,000 reads went wrong). With
+    /// a live writer the open must refuse, naming the reason; once the writer is gone it reads.
+    @Test(
+        .enabled(
+            if: geteuid() == 0 && FileManager.default.fileExists(atPath: "/usr/bin/setpriv"),
+            "needs root to switch to user nobody, since root ignores file permissions"))
+    func aLocklessReadOnlyOpenRefusesWhileAnotherProcessHasTheStoreOpen() throws {
+        let path = "/tmp/pd-readonly-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        do { try PersistentDefaults(path: path).set(7, for: PersistentDefaults.Key<Int>("answer", default: 0)) }
+        let worker = "/tmp/pd-worker-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: worker) }
+        try FileManager.default.copyItem(
+            atPath: productsDirectory.appendingPathComponent("pd-worker").path, toPath: worker)
+        #expect(try command("/bin/chown", ["-R", "65534:65534", path]) == 0)
+        #expect(
+            chmod(path + "/data.mdb", 0o400) == 0 && chmod(path + "/lock.mdb", 0o400) == 0 && chmod(path, 0o500) == 0)
+        defer { _ = chmod(path, 0o700) }
+        let probe = {
+            try runProcess(
+                URL(fileURLWithPath: "/usr/bin/setpriv"),
+                ["--reuid=65534", "--regid=65534", "--clear-groups", worker, "probe-read-only", path, "answer"]
+            ).output
+        }
+        // Root ignores the modes, so this writer opens the store with its lock file.
+        let writer = try Child(["crash-writer", path, "5"], environment: ["PD_DURABILITY": "bounded"])
+        #expect(writer.wait(for: "ack 20 "), "\(writer.text.suffix(200))")
+        let refused = try probe()
+        writer.kill()
+        #expect(!refused.contains("read: "), "\(refused)")
+        #expect(
+            refused.contains("read-only open: ") && refused.contains("process \(writer.process.processIdentifier)")
+                && refused.contains("lock.mdb"), "\(refused)")
+        // The writer is gone (killed: its fcntl lock went with it): the lockless open reads.
+        let afterwards = try probe()
+        #expect(afterwards.contains("read: 7"), "\(afterwards)")
+    }
+
+    /// A failed mmap while adopting another process's map size (here under RLIMIT_AS) left LMDB
+    /// with its old map unmapped and the next call crashed. It must throw, and the same handle
+    /// must read afterwards; the store must be intact.
+    @Test func aMapSizeThatCannotBeMappedThrowsAndLeavesTheStoreUsable() throws {
+        try withTemporaryDirectory { path throws in
+            let answer = PersistentDefaults.Key<Int>("answer", default: -1)
+            let blob = PersistentDefaults.Key<Data>("blob", default: Data())
+            do { try PersistentDefaults(path: path).set(7, for: answer) }
+            let child = try Child(["map-under-limit", path])
+            defer { if child.process.isRunning { child.kill() } }
+            #expect(child.wait(for: "limited"), "\(child.text)")
+            do {
+                // A 1 GiB map (address space only) recorded in the meta page, and data past the
+                // child's 1 MiB map, so that its next read must adopt the 1 GiB map.
+                var options = PersistentDefaults.Options()
+                options.initialMapSize = 1 << 30
+                try PersistentDefaults(path: path, options: options).set(
+                    Data(repeating: 0xCD, count: 4 << 20), for: blob)
+            }
+            #expect(child.wait(for: "write: ", timeout: 60), "\(child.text)")
+            child.process.waitUntilExit()
+            #expect(child.process.terminationReason == .exit, "killed by signal \(child.process.terminationStatus)")
+            #expect(child.process.terminationStatus == 0, "\(child.text)")
+            #expect(
+                child.text.contains("error: mdb_env_set_mapsize(0) (mapping the store at the size another process set"),
+                "\(child.text)")
+            #expect(child.text.contains("Cannot allocate memory"), "\(child.text)")
+            #expect(child.text.contains("after: 7 \(4 << 20)"), "\(child.text)")
+            let store = try PersistentDefaults(path: path)
+            #expect(try store.verify().isEmpty)
+            #expect(try store.value(for: blob) == Data(repeating: 0xCD, count: 4 << 20))
+            #expect([7, 8].contains(store[answer]))
+        }
+    }
+
     /// Opening a store that another process is writing must not mistake the file for a
     /// truncated one: the meta pages may name pages written after the file size was taken.
     @Test func checkingAStoreThatAnotherProcessIsGrowingNeverCallsItTruncated() throws {

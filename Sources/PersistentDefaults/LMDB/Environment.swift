@@ -66,19 +66,27 @@ struct EnvironmentInfo: Sendable, Equatable {
 /// One open LMDB environment: the only owner of its `MDB_env *`.
 ///
 /// `@unchecked Sendable`: LMDB environments are thread-safe; every use of the handle happens
-/// under `gate` (shared for transactions, exclusive for map changes and close), the read pool
-/// sits behind a `Mutex`, and the `write…` fields are touched only by the thread that holds
-/// LMDB's process-shared writer mutex.
+/// under `gate` (shared for transactions, exclusive for map changes, close and replacing the
+/// handle after a failed map change), the read pool sits behind a `Mutex`, and the `write…`
+/// fields are touched only by the thread that holds LMDB's process-shared writer mutex.
 final class Environment: @unchecked Sendable {
-    fileprivate let handle: EnvironmentHandle
+    /// Replaced only under the exclusive gate, when a failed map change forces a reopen.
+    fileprivate private(set) var handle: EnvironmentHandle
     let gate = TransactionGate()
     let configuration: EnvironmentConfiguration
     /// Whether the environment was opened without LMDB's lock file (read-only directories).
     let isLockless: Bool
+    /// For a lockless environment: tells whether another process has the store open.
+    private let lockProbe: LockFileProbe?
     /// LMDB's page size in bytes.
     let pageSize: Int
     private let readPool = Mutex<[PooledTransaction]>([])
     private var isClosed = false
+    /// Why the environment became unusable (a failed map change that could not be undone), if so.
+    private var brokenReason: String?
+    /// The named databases opened in this environment, in the order LMDB numbered them, to open
+    /// them again after a reopen.
+    private let openedDatabases = Mutex<[(name: String, handle: DatabaseHandle)]>([])
     private var writeSawMapFull = false
     /// Bytes put in the current write transaction, to size the map when it is full.
     private var writeBytes = 0
@@ -90,6 +98,8 @@ final class Environment: @unchecked Sendable {
     /// migrations): each advanced LMDB's transaction ID by one without a log sequence. Counted
     /// here only, after the commit, so the watcher compares two numbers that move together.
     let localUnloggedCommits = Atomic<Int>(0)
+    /// Commits of this process that changed pages, logged or not: what the flusher must sync.
+    let localCommits = Atomic<Int>(0)
 
     /// Reset read transactions kept for reuse (`mdb_txn_reset` / `mdb_txn_renew`).
     private struct PooledTransaction: @unchecked Sendable {
@@ -105,18 +115,29 @@ final class Environment: @unchecked Sendable {
         do {
             handle = try Self.open(configuration, lockless: false)
             isLockless = false
+            lockProbe = nil
         } catch .lmdb(let code, _)
             where configuration.readOnly && (code.rawValue == EACCES || code.rawValue == EROFS)
         {
             // The lock file cannot be created or opened for writing: a read-only directory.
-            // Without MDB_NOLOCK LMDB refuses; a read-only open of such a directory has no writer
-            // to coordinate with except one that could not have created its lock file here.
+            // Without MDB_NOLOCK LMDB refuses. Without the lock file this process has no reader
+            // slot, so a writer in another process would reuse the pages it reads: that is safe
+            // only while no other process has the environment open, which the probe checks now
+            // and around every read transaction.
+            let probe = try LockFileProbe(directory: configuration.path)
+            try probe.checkNoOtherProcess()
             handle = try Self.open(configuration, lockless: true)
             isLockless = true
+            lockProbe = probe
         }
         var stat = MDB_stat()
         _ = mdb_env_stat(handle, &stat)  // Cannot fail on an open environment.
         pageSize = Int(stat.ms_psize)
+        try clearStaleReadersAtOpen()
+    }
+
+    /// Clears reader slots of crashed processes, unless lockless.
+    private func clearStaleReadersAtOpen() throws(PersistentDefaultsError) {
         if !isLockless {
             var dead: Int32 = 0
             // Crashed readers leave stale slots; lmdb.h: "Check for stale entries in the reader lock table."
@@ -124,7 +145,7 @@ final class Environment: @unchecked Sendable {
         }
     }
 
-    private static func open(_ configuration: EnvironmentConfiguration, lockless: Bool)
+    private static func open(_ configuration: EnvironmentConfiguration, lockless: Bool, mapSize: Int? = nil)
         throws(PersistentDefaultsError) -> EnvironmentHandle
     {
         var created: EnvironmentHandle?
@@ -134,7 +155,7 @@ final class Environment: @unchecked Sendable {
         }
         do {
             try check(mdb_env_set_maxdbs(env, 8), "mdb_env_set_maxdbs")
-            try check(mdb_env_set_mapsize(env, configuration.mapSize), "mdb_env_set_mapsize")
+            try check(mdb_env_set_mapsize(env, mapSize ?? configuration.mapSize), "mdb_env_set_mapsize")
             try check(
                 mdb_env_set_maxreaders(env, UInt32(clamping: max(configuration.maxReaders, 1))),
                 "mdb_env_set_maxreaders")
@@ -194,9 +215,14 @@ final class Environment: @unchecked Sendable {
     @inline(__always)
     private func readOnce<R>(_ body: (Transaction) throws -> R) throws -> R {
         try checkOpen()
+        try lockProbe?.checkNoOtherProcess()
         let transaction = try beginRead()
         defer { endRead(transaction) }
-        return try body(Transaction(handle: transaction, environment: self))
+        let result = try body(Transaction(handle: transaction, environment: self))
+        // A writer that opened the store while this snapshot was read may have reused its pages:
+        // what was read cannot be trusted then.
+        try lockProbe?.checkNoOtherProcess()
+        return result
     }
 
     private func beginRead() throws -> TransactionHandle {
@@ -283,6 +309,7 @@ final class Environment: @unchecked Sendable {
             throw RetrySignal.mapFull(bytes: bytes)
         }
         // Read before the commit: it releases LMDB's writer mutex, and the next writer resets it.
+        let touched = writeTouched
         let unlogged = writeTouched && !writeLogged
         let bytes = writeBytes
         // lmdb.h: the transaction handle is freed by mdb_txn_commit whether it succeeds or not.
@@ -290,6 +317,7 @@ final class Environment: @unchecked Sendable {
         if commitCode == MDB_MAP_FULL { throw RetrySignal.mapFull(bytes: bytes) }
         if commitCode == EIO, let explained = diagnoseShortWrite(transactionBytes: bytes) { throw explained }
         try check(commitCode, "mdb_txn_commit")
+        if touched { localCommits.add(1, ordering: .releasing) }
         if unlogged { localUnloggedCommits.add(1, ordering: .releasing) }
         return result
     }
@@ -324,7 +352,92 @@ final class Environment: @unchecked Sendable {
             while size < used + 2 * bytes + (1 << 20) || size == facts.mapSize {
                 size = size < gib ? size * 2 : size + gib
             }
-            try check(mdb_env_set_mapsize(handle, size), "mdb_env_set_mapsize(\(size))")
+            try setMapSize(size, previous: facts.mapSize)
+        }
+    }
+
+    /// `mdb_env_set_mapsize` with the gate held exclusively; on failure the environment is
+    /// reopened with the `previous` size, so that the error leaves it usable.
+    ///
+    /// mdb.c (0.9.24), `mdb_env_set_mapsize` on an open environment: `munmap(env->me_map,
+    /// env->me_mapsize); env->me_mapsize = size; … rc = mdb_env_map(env, old); if (rc) return rc;`
+    /// and `mdb_env_map` on a failed mmap: `env->me_map = NULL; return ErrCode();`. The old map
+    /// is gone, `me_metas` still point into it, and `me_maxpg` still describes it: the next
+    /// `mdb_txn_begin` reads the unmapped meta pages and crashes. Calling `mdb_env_set_mapsize`
+    /// again cannot repair it: with `me_map` NULL it only records the size (its `if
+    /// (env->me_map)` branch is skipped) and maps nothing. The only way back is to close the
+    /// `MDB_env` (`mdb_env_close0` unmaps only `if (env->me_map)`) and open a new one.
+    private func setMapSize(_ size: Int, previous: Int) throws {
+        let code = mdb_env_set_mapsize(handle, size)
+        guard code != MDB_SUCCESS else { return }
+        // EINVAL: a transaction of this environment is active; LMDB returned before unmapping.
+        if code == EINVAL { try check(code, "mdb_env_set_mapsize(\(size))") }
+        let failure = PersistentDefaultsError.lmdb(
+            code: LMDBResultCode(rawValue: code),
+            operation: "mdb_env_set_mapsize(\(size)) ("
+                + (size == 0 ? "mapping the store at the size another process set" : "growing the map")
+                + "; the environment was reopened at its previous map size \(previous))")
+        try reopen(mapSize: previous, after: failure)
+        throw failure
+    }
+
+    /// Replaces the `MDB_env` whose map a failed `mdb_env_set_mapsize` left unmapped: closes it
+    /// and opens the environment again at `mapSize` (LMDB rounds it up to the used pages), with
+    /// the same named databases under the same numbers. Call with the gate held exclusively, so
+    /// that no transaction of this process is active. If that fails too, the environment is
+    /// marked broken: every later call throws instead of touching LMDB.
+    private func reopen(mapSize: Int, after failure: PersistentDefaultsError) throws {
+        abortPooledTransactions()
+        // lmdb.h: "Only a single thread may call this function. All transactions, databases,
+        // and cursors must already be closed before calling this function."
+        mdb_env_close(handle)
+        do {
+            let replacement = try Self.open(configuration, lockless: isLockless, mapSize: mapSize)
+            do {
+                try reopenDatabases(in: replacement)
+            } catch {
+                mdb_env_close(replacement)
+                throw error
+            }
+            handle = replacement
+        } catch {
+            isClosed = true
+            brokenReason = "\(failure); reopening the environment failed too: \(error)"
+            throw PersistentDefaultsError.lmdb(
+                code: failure.code ?? .invalid, operation: brokenReason ?? "\(failure)")
+        }
+        // Best effort, as at open: a failure here leaves stale slots, which the next open clears.
+        try? clearStaleReadersAtOpen()
+    }
+
+    /// Opens the named databases again, in the order that gives them their old numbers (LMDB
+    /// numbers a newly opened database with the first free slot, mdb.c `mdb_dbi_open`), and
+    /// checks that it did.
+    private func reopenDatabases(in environment: EnvironmentHandle) throws {
+        let databases = openedDatabases.withLock { $0 }.sorted { $0.handle < $1.handle }
+        var begun: TransactionHandle?
+        try check(mdb_txn_begin(environment, nil, UInt32(MDB_RDONLY), &begun), "mdb_txn_begin(read-only)")
+        guard let transaction = begun else {
+            throw PersistentDefaultsError.lmdb(code: .badTransaction, operation: "mdb_txn_begin")
+        }
+        for database in databases {
+            var number: MDB_dbi = 0
+            let code = mdb_dbi_open(transaction, database.name, 0, &number)
+            guard code == MDB_SUCCESS, number == database.handle else {
+                mdb_txn_abort(transaction)
+                try check(code, "mdb_dbi_open(\(database.name))")
+                throw PersistentDefaultsError.lmdb(
+                    code: .badDatabaseHandle, operation: "reopen database \(database.name) as \(database.handle)")
+            }
+        }
+        // lmdb.h: "After a successful commit the handle will reside in the shared environment".
+        try check(mdb_txn_commit(transaction), "mdb_txn_commit(read-only)")
+    }
+
+    /// Records a named database opened in this environment (see `reopenDatabases`).
+    fileprivate func noteOpened(_ name: String, as database: DatabaseHandle) {
+        openedDatabases.withLock { opened in
+            if !opened.contains(where: { $0.handle == database }) { opened.append((name, database)) }
         }
     }
 
@@ -337,7 +450,7 @@ final class Environment: @unchecked Sendable {
         try gate.withExclusive {
             try checkOpen()
             abortPooledTransactions()
-            try check(mdb_env_set_mapsize(handle, 0), "mdb_env_set_mapsize(0)")
+            try setMapSize(0, previous: rawInfo().mapSize)
         }
     }
 
@@ -351,8 +464,27 @@ final class Environment: @unchecked Sendable {
         }
     }
 
+    /// `sync()` for the exit-time flush: gives up (returns false) when the gate cannot be taken
+    /// within `timeout` seconds, because another thread holds it exclusively (growing the map or
+    /// closing) while the process exits, instead of blocking the exit.
+    func syncAtExit(timeout: Double) throws -> Bool {
+        let synced: Bool? = try gate.withShared(timeout: timeout) {
+            guard !isClosed else { return true }
+            // mdb.c, mdb_env_sync: with force it fdatasyncs the data file (MDB_NOSYNC or not);
+            // it takes no LMDB lock, so a commit in progress on another thread cannot block it.
+            try check(mdb_env_sync(handle, 1), "mdb_env_sync")
+            return true
+        }
+        return synced ?? false
+    }
+
     /// Throws once the environment is closed; call with the gate held.
     private func checkOpen() throws {
+        if let brokenReason {
+            throw PersistentDefaultsError.lmdb(
+                code: LMDBResultCode(rawValue: EINVAL),
+                operation: "use \(configuration.path), unusable since a failed map change: \(brokenReason)")
+        }
         if isClosed {
             throw PersistentDefaultsError.lmdb(
                 code: LMDBResultCode(rawValue: EINVAL), operation: "use \(configuration.path) after it was closed")
@@ -378,17 +510,22 @@ final class Environment: @unchecked Sendable {
 
     /// Statistics of the environment's main database (`mdb_env_stat`).
     func statistics() -> DatabaseStatistics {
-        var stat = MDB_stat()
-        _ = mdb_env_stat(handle, &stat)  // Cannot fail on an open environment.
-        return DatabaseStatistics(stat)
+        gate.withShared {
+            var stat = MDB_stat()
+            if !isClosed { _ = mdb_env_stat(handle, &stat) }  // Cannot fail on an open environment.
+            return DatabaseStatistics(stat)
+        }
     }
 
     /// Removes reader slots of dead processes; returns how many were cleared.
     func clearStaleReaders() throws -> Int {
         guard !isLockless else { return 0 }
-        var dead: Int32 = 0
-        try check(mdb_reader_check(handle, &dead), "mdb_reader_check")
-        return Int(dead)
+        return try gate.withShared {
+            try checkOpen()
+            var dead: Int32 = 0
+            try check(mdb_reader_check(handle, &dead), "mdb_reader_check")
+            return Int(dead)
+        }
     }
 
     /// The reader table as `mdb_reader_list` prints it.
@@ -396,13 +533,16 @@ final class Environment: @unchecked Sendable {
         final class Lines { var text = "" }
         let lines = Lines()
         let context = Unmanaged.passUnretained(lines).toOpaque()
-        _ = mdb_reader_list(
-            handle,
-            { message, context in
-                guard let message, let context else { return -1 }
-                Unmanaged<Lines>.fromOpaque(context).takeUnretainedValue().text += String(cString: message)
-                return 0
-            }, context)
+        gate.withShared {
+            guard !isClosed else { return }
+            _ = mdb_reader_list(
+                handle,
+                { message, context in
+                    guard let message, let context else { return -1 }
+                    Unmanaged<Lines>.fromOpaque(context).takeUnretainedValue().text += String(cString: message)
+                    return 0
+                }, context)
+        }
         return lines.text
     }
 
@@ -439,6 +579,7 @@ struct Transaction {
         let code = mdb_dbi_open(handle, name, create ? UInt32(MDB_CREATE) : 0, &database)
         if code == MDB_NOTFOUND { return nil }
         try check(code, "mdb_dbi_open(\(name))")
+        environment.noteOpened(name, as: database)
         return database
     }
 
@@ -479,7 +620,9 @@ struct Transaction {
 
     /// Deletes entries from the first one on while `shouldDelete` says so; returns how many.
     @discardableResult
-    func deleteLeading(_ database: DatabaseHandle, while shouldDelete: (UnsafeRawBufferPointer) -> Bool) throws -> Int {
+    func deleteLeading(_ database: DatabaseHandle, while shouldDelete: (UnsafeRawBufferPointer) throws -> Bool)
+        throws -> Int
+    {
         var opened: OpaquePointer?
         try check(mdb_cursor_open(handle, database, &opened), "mdb_cursor_open")
         guard let cursor = opened else { return 0 }
@@ -491,7 +634,9 @@ struct Transaction {
             let code = mdb_cursor_get(cursor, &key, &data, MDB_FIRST)
             if code == MDB_NOTFOUND { return deleted }
             try check(code, "mdb_cursor_get")
-            guard shouldDelete(UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)) else { return deleted }
+            guard try shouldDelete(UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)) else {
+                return deleted
+            }
             let deleteCode = mdb_cursor_del(cursor, 0)
             environment.notePut(bytes: 0, code: deleteCode)
             try check(deleteCode, "mdb_cursor_del")
@@ -558,6 +703,7 @@ extension Environment {
             let result: R
             do {
                 result = try body(Transaction(handle: transaction, environment: self))
+                try lockProbe?.checkNoOtherProcess()
             } catch {
                 mdb_txn_abort(transaction)
                 throw error
@@ -576,3 +722,72 @@ extension Transaction {
         return try statistics(main).entries == 0
     }
 }
+
+/// Tells whether any other process has an LMDB environment open on a directory, from the fcntl
+/// lock that LMDB holds on the first byte of `lock.mdb`; for a read-only open that cannot use the
+/// lock file (MDB_NOLOCK).
+///
+/// mdb.c (0.9.24), `mdb_env_excl_lock`, called by `mdb_env_setup_locks` in every `mdb_env_open`
+/// that uses the lock file: `lock_info.l_type = F_WRLCK; … l_start = 0; l_len = 1;
+/// fcntl(env->me_lfd, F_SETLK, &lock_info)`, and when that fails (another process has it)
+/// `lock_info.l_type = F_RDLCK; … fcntl(env->me_lfd, F_SETLKW, &lock_info)`; `mdb_env_share_locks`
+/// later turns the first opener's write lock into a read lock. The lock is held until
+/// `mdb_env_close` closes `me_lfd` (or the process ends). So while any process has the
+/// environment open, byte 0 of `lock.mdb` carries its lock, and `F_GETLK` for a write lock on that
+/// byte reports it. `F_GETLK` needs only a descriptor opened for reading, which a read-only
+/// directory allows, and it ignores this process's own locks (it has none: it runs lockless).
+///
+/// It cannot tell a writer from a reader, so it also refuses while another reader has the
+/// store open with the lock file: either could be followed by a write this process cannot see.
+/// `@unchecked Sendable`: the descriptor is set in `init` and only passed to `fcntl` and `close`.
+final class LockFileProbe: @unchecked Sendable {
+    private let descriptor: Int32
+    let lockPath: String
+
+    /// Opens `lock.mdb` for reading; a missing lock file means no process has the store open
+    /// (every LMDB process that uses it keeps it), which the probe then reports on each check by
+    /// looking again.
+    init(directory: String) throws(PersistentDefaultsError) {
+        lockPath = directory + "/" + StoreFiles.lockFile
+        let opened = open(lockPath, O_RDONLY | O_CLOEXEC)
+        if opened < 0, errno != ENOENT {
+            throw .fileSystem(
+                path: lockPath, errno: errno,
+                operation: "a read-only open without LMDB's lock file (not writable here) must read it"
+                    + " to tell whether another process has the store open: open")
+        }
+        descriptor = opened
+    }
+
+    /// Throws when another process holds LMDB's lock on `lock.mdb`, naming it.
+    func checkNoOtherProcess() throws(PersistentDefaultsError) {
+        var descriptor = self.descriptor
+        var opened = false
+        if descriptor < 0 {
+            // No lock file at open: a process that opens the store later creates one.
+            descriptor = open(lockPath, O_RDONLY | O_CLOEXEC)
+            guard descriptor >= 0 else { return }
+            opened = true
+        }
+        defer { if opened { closeDescriptor(descriptor) } }
+        var lock = flock()
+        lock.l_type = Int16(F_WRLCK)
+        lock.l_whence = Int16(SEEK_SET)
+        lock.l_start = 0
+        lock.l_len = 1
+        guard fcntl(descriptor, F_GETLK, &lock) == 0 else {
+            throw .fileSystem(path: lockPath, errno: errno, operation: "fcntl(F_GETLK)")
+        }
+        guard lock.l_type == Int16(F_UNLCK) else {
+            throw .fileSystem(
+                path: lockPath, errno: EAGAIN,
+                operation: "refused to read without LMDB's lock file (not writable here) while process"
+                    + " \(lock.l_pid) has the store open and may write to it (it holds LMDB's lock on)")
+        }
+    }
+
+    deinit { if descriptor >= 0 { closeDescriptor(descriptor) } }
+}
+
+/// Closes a descriptor opened only for reading; a failed close loses nothing, so it is ignored.
+private func closeDescriptor(_ descriptor: Int32) { _ = close(descriptor) }

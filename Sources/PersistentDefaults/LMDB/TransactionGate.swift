@@ -77,6 +77,24 @@ final class TransactionGate: @unchecked Sendable {
         }
     }
 
+    /// Runs `body` with the shared side held if it can be taken within `timeout` seconds;
+    /// returns nil without running `body` otherwise. For the exit-time flush, which must not
+    /// wait forever for a thread that holds the exclusive side while the process exits.
+    func withShared<R>(timeout: Double, _ body: () throws -> R) rethrows -> R? {
+        var now = timespec()
+        _ = clock_gettime(CLOCK_REALTIME, &now)  // CLOCK_REALTIME cannot fail.
+        let nanoseconds = Int(now.tv_nsec) + Int(timeout * 1e9)
+        var deadline = timespec(
+            tv_sec: now.tv_sec + nanoseconds / 1_000_000_000, tv_nsec: nanoseconds % 1_000_000_000)
+        guard pthread_rwlock_timedrdlock(lock, &deadline) == 0 else { return nil }
+        state += 2
+        defer {
+            state -= 2
+            pthread_rwlock_unlock(lock)
+        }
+        return try body()
+    }
+
     /// Runs `body` with the exclusive side held. The caller must not hold the shared side.
     func withExclusive<R>(_ body: () throws -> R) rethrows -> R {
         pthread_rwlock_wrlock(lock)
