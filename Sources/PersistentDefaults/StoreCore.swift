@@ -294,7 +294,7 @@ final class Flusher: @unchecked Sendable {
 
     /// Every flusher not yet stopped, for the exit handler. Held only to insert, remove or copy,
     /// never across I/O, so the exiting thread cannot wait on it for long.
-    private static let live = Mutex<[ObjectIdentifier: Flusher]>([:])
+    private static let live = Locked<[ObjectIdentifier: Flusher]>([:])
     /// Registers the exit handler once per process, on first use.
     private static let exitHandler: Void = {
         // Ignored on purpose: atexit fails only when its table is full; the timer and close

@@ -127,6 +127,11 @@ public final class WriteTransaction {
         for held in entry.old == entry.new ? [entry.new] : [entry.new, entry.old] {
             guard let held else { continue }
             if held == encoded { return encoded }
+            // Only JSON and the old date form can encode an equal value differently; every other
+            // tag's bytes are canonical, so comparing bytes is enough (and saves a decode).
+            guard Self.mayEncodeEqualValuesDifferently(held) || Self.mayEncodeEqualValuesDifferently(encoded) else {
+                continue
+            }
             // Held bytes that no longer decode are replaced, not compared.
             if let heldValue = try? key.codec.decode(held), isEqual(heldValue, value) { return held }
         }
@@ -169,6 +174,11 @@ public final class WriteTransaction {
         guard let bytes = try core.encodedValue(named: key.nameBytes, in: transaction) else { return nil }
         // A stored value that no longer decodes is replaced, not compared.
         return try? key.codec.decode(bytes)
+    }
+
+    /// Whether an encoded value's tag is one whose equal values may have different bytes.
+    private static func mayEncodeEqualValuesDifferently(_ bytes: [UInt8]) -> Bool {
+        bytes.first == StoredValue.Tag.json.rawValue || bytes.first == StoredValue.legacyDateTag
     }
 
     /// The key's stored bytes before the transaction and as the transaction holds them now.
