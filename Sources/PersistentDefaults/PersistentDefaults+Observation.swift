@@ -57,6 +57,57 @@ extension PersistentDefaults {
         }
     }
 
+    /// Calls `handler` once per committed transaction that changed at least one key whose name
+    /// starts with `prefix` (compared as UTF-8 bytes), with a record holding only those changes,
+    /// in commit order, from this process or another one.
+    ///
+    /// ```swift
+    /// let token = store.observe(prefix: "fleet.") { record in
+    ///     for change in record.changes { print(record.sequence, change.key, change.encodedValue == nil ? "removed" : "set") }
+    /// }
+    /// ```
+    ///
+    /// The empty prefix observes every key. A commit that changes no key under an observed prefix
+    /// costs a few dictionary lookups per changed key (one per distinct prefix length). Like
+    /// ``observeCommits(queue:_:)``, it sees what the commit log holds: records pruned before this
+    /// process read them, and writes of clients that bypass the log, are not delivered. A prefix
+    /// longer than a key can be (511 bytes) is reported as
+    /// ``PersistentDefaultsError/invalidKeyName(_:reason:)`` and observes nothing.
+    public func observe(
+        prefix: String, queue: DispatchQueue? = nil, _ handler: @escaping @Sendable (CommitRecord) -> Void
+    ) -> ObservationToken {
+        let bytes = Array(prefix.utf8)
+        guard bytes.count <= Keys.maximumNameLength else {
+            core.reporter.report(
+                PersistentDefaultsError.invalidKeyName(
+                    prefix, reason: "a prefix of \(bytes.count) bytes is longer than any key can be"))
+            return ObservationToken {}
+        }
+        return core.observers.addPrefixObserver(prefix: bytes, core: core) { record in
+            if let queue { queue.async { handler(record) } } else { handler(record) }
+        }
+    }
+
+    /// The records of ``observe(prefix:queue:_:)`` as an `AsyncSequence`; loses no record.
+    ///
+    /// ```swift
+    /// for await record in store.updates(prefix: "fleet.") { apply(record) }
+    /// ```
+    ///
+    /// It buffers up to `bufferLimit` records (default 10,000) that the consumer has not taken
+    /// yet. A consumer that falls further behind is not given a record with a gap: the sequence
+    /// ends after the last buffered record instead, and the consumer catches up with
+    /// ``commits(after:limit:)`` from the last sequence it handled (while the log retains it)
+    /// before it asks for a new sequence.
+    public func updates(prefix: String, bufferLimit: Int = 10_000) -> AsyncStream<CommitRecord> {
+        AsyncStream(bufferingPolicy: .bufferingOldest(max(bufferLimit, 1))) { continuation in
+            let token = observe(prefix: prefix) { record in
+                if case .dropped = continuation.yield(record) { continuation.finish() }
+            }
+            continuation.onTermination = { _ in token.cancel() }
+        }
+    }
+
     /// The key's value now, then its value after each commit that changes it.
     ///
     /// ```swift

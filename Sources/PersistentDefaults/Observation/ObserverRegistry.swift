@@ -52,6 +52,11 @@ final class ObserverRegistry: Sendable {
         /// Observers by the key name's UTF-8 bytes (a name is its bytes; see `Key`).
         var keys: [[UInt8]: [UInt64: KeyObserver]] = [:]
         var commitObservers: [UInt64: CommitObserver] = [:]
+        /// Prefix observers by the prefix's UTF-8 bytes.
+        var prefixes: [[UInt8]: [UInt64: CommitObserver]] = [:]
+        /// How many observed prefixes have each length: a change's name is looked up once per
+        /// distinct length, not once per observer.
+        var prefixLengths: [Int: Int] = [:]
         var nextID: UInt64 = 0
         /// Every record up to this sequence has been delivered.
         var delivered: UInt64 = 0
@@ -65,7 +70,7 @@ final class ObserverRegistry: Sendable {
         var needsComparing = false
         var watcher: ExternalWatcher?
         var isClosed = false
-        var isEmpty: Bool { keys.isEmpty && commitObservers.isEmpty }
+        var isEmpty: Bool { keys.isEmpty && commitObservers.isEmpty && prefixes.isEmpty }
     }
 
     private let state = Locked(State())
@@ -109,6 +114,29 @@ final class ObserverRegistry: Sendable {
         return ObservationToken { [weak self] in
             activity.isActive.store(false, ordering: .releasing)
             self?.remove { $0.commitObservers[id] = nil }
+        }
+    }
+
+    /// Adds an observer of the changes to keys whose names start with `prefix` (UTF-8 bytes):
+    /// one call per commit that changed at least one of them, with a record holding only those.
+    func addPrefixObserver(
+        prefix: [UInt8], core: StoreCore, handler: @escaping @Sendable (CommitRecord) -> Void
+    ) -> ObservationToken {
+        let activity = Activity()
+        let id = register(core: core, readingKey: nil) { state, id, start in
+            if state.prefixes[prefix] == nil { state.prefixLengths[prefix.count, default: 0] += 1 }
+            state.prefixes[prefix, default: [:]][id] = CommitObserver(
+                position: start?.sequence ?? state.dispatched, activity: activity, handler: handler)
+        }
+        return ObservationToken { [weak self] in
+            activity.isActive.store(false, ordering: .releasing)
+            self?.remove { state in
+                state.prefixes[prefix]?[id] = nil
+                guard state.prefixes[prefix]?.isEmpty == true else { return }
+                state.prefixes[prefix] = nil
+                state.prefixLengths[prefix.count, default: 1] -= 1
+                if state.prefixLengths[prefix.count] == 0 { state.prefixLengths[prefix.count] = nil }
+            }
         }
     }
 
@@ -279,16 +307,34 @@ final class ObserverRegistry: Sendable {
     /// Delivers one record: the key observers positioned before it, then the commit observers.
     private func dispatch(_ record: CommitRecord) {
         let sequence = record.sequence
-        let (keyCalls, commitCalls) = state.withLock { state -> ([Call], [CommitObserver]) in
+        let (keyCalls, prefixCalls, commitCalls) = state.withLock {
+            state -> ([Call], [(CommitObserver, [Int])], [CommitObserver]) in
             state.dispatched = max(state.dispatched, sequence)
             var calls: [Call] = []
-            for change in record.changes {
+            // Per prefix observer: the indices of the record's changes under its prefix.
+            var matches: [UInt64: (observer: CommitObserver, changes: [Int])] = [:]
+            for (index, change) in record.changes.enumerated() {
                 let name = Array(change.key.utf8)
-                calls += Self.advance(&state.keys[name], to: change.encodedValue, at: sequence, after: sequence - 1)
+                if state.keys[name] != nil {
+                    calls += Self.advance(&state.keys[name], to: change.encodedValue, at: sequence, after: sequence - 1)
+                }
+                for length in state.prefixLengths.keys where length <= name.count {
+                    guard let observers = state.prefixes[Array(name[..<length])] else { continue }
+                    for (id, observer) in observers where observer.position < sequence {
+                        matches[id, default: (observer, [])].changes.append(index)
+                    }
+                }
             }
-            return (calls, state.commitObservers.values.filter { $0.position < sequence })
+            let prefixCalls = matches.sorted { $0.key < $1.key }.map { ($0.value.observer, $0.value.changes) }
+            return (calls, prefixCalls, state.commitObservers.values.filter { $0.position < sequence })
         }
         for call in keyCalls { call.run() }
+        for (observer, changes) in prefixCalls where observer.activity.isActive.load(ordering: .acquiring) {
+            observer.handler(
+                CommitRecord(
+                    sequence: record.sequence, timestamp: record.timestamp, processID: record.processID,
+                    changes: changes.map { record.changes[$0] }))
+        }
         for observer in commitCalls where observer.activity.isActive.load(ordering: .acquiring) {
             observer.handler(record)
         }
