@@ -9,19 +9,30 @@ let observerCases: [BenchmarkCase] = [
     BenchmarkCase(name: "observers/10000-other-keys") {
         [try setWithObservers(10_000, name: "observers/10000-other-keys", $0)]
     },
+    BenchmarkCase(name: "observers/1000-other-prefixes") {
+        [
+            try setWithObservers(1_000, name: "observers/1000-other-prefixes", $0) { store, index in
+                store.observe(prefix: "group\(index).") { _ in }
+            }
+        ]
+    },
     BenchmarkCase(name: "observers/delay-in-process") { [try delayInProcess($0)] },
     BenchmarkCase(name: "observers/delay-cross-process") { [try delayCrossProcess($0)] },
 ]
 
-/// A bounded-durability `set` of one key while `count` observers watch other keys.
-private func setWithObservers(_ count: Int, name: String, _ context: RunContext) throws -> Measurement {
+/// A bounded-durability `set` of one key while `count` observers, made by `observe`, watch
+/// other keys (by default: one key each).
+private func setWithObservers(
+    _ count: Int, name: String, _ context: RunContext,
+    observe: (PersistentDefaults, Int) -> ObservationToken = { store, index in
+        store.observe(PersistentDefaults.Key<Int>("other\(index)", default: 0)) { _ in }
+    }
+) throws -> Measurement {
     try context.withTemporaryDirectory("observers") { path in
         var options = PersistentDefaults.Options()
         options.durability = .bounded(interval: .seconds(1))
         let store = try PersistentDefaults(path: path, options: options)
-        let tokens = (0..<count).map { index in
-            store.observe(PersistentDefaults.Key<Int>("other\(index)", default: 0)) { _ in }
-        }
+        let tokens = (0..<count).map { observe(store, $0) }
         let key = PersistentDefaults.Key<Int>("key", default: -1)
         let samples = try measure(.medium(quick: context.quick)) { index in try store.set(index, for: key) }
         withExtendedLifetime(tokens) {}

@@ -318,6 +318,7 @@ final class ObserverRegistry: Sendable {
                 if state.keys[name] != nil {
                     calls += Self.advance(&state.keys[name], to: change.encodedValue, at: sequence, after: sequence - 1)
                 }
+                guard !state.prefixLengths.isEmpty else { continue }
                 for length in state.prefixLengths.keys where length <= name.count {
                     guard let observers = state.prefixes[Array(name[..<length])] else { continue }
                     for (id, observer) in observers where observer.position < sequence {
