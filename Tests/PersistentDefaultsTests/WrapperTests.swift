@@ -278,6 +278,22 @@ private final class ExampleUserDefault {
         }
     }
 
+    @Test func trackingWorksWhenTheFirstWrappersHandleIsGoneBeforeAnyRead() throws {
+        final class Holder {
+            @PersistentDefault var count: Int
+            init(_ store: PersistentDefaults) { _count = PersistentDefault(.launchCount, in: store) }
+        }
+        try withTemporaryDirectory { path in
+            let kept = try PersistentDefaults(path: path)  // keeps the store open throughout
+            do {
+                // Makes the key's tracker, never reads, and goes away with its handle.
+                _ = Holder(try PersistentDefaults(path: path))
+            }
+            let holder = Holder(kept)
+            #expect(changeIsTracked(reading: { _ = holder.count }, when: { kept[.launchCount] = 5 }))
+        }
+    }
+
     @Test func configuringAfterFirstUseIsRefused() {
         _ = store  // configures and opens the standard store's path
         _ = PersistentDefaults.standard
