@@ -74,8 +74,10 @@ final class ObserverRegistry: Sendable {
     }
 
     private let state = Locked(State())
-    /// Read on every commit without the lock; true from just before a registration's snapshot.
-    private let hasObservers = Atomic<Bool>(false)
+    /// Observers registered plus registrations in progress, read on every commit without the
+    /// lock: it is raised before a registration's snapshot and lowered only by a removal, so a
+    /// removal racing with a registration can never hide a commit from the new observer.
+    private let interest = Atomic<Int>(0)
 
     // MARK: Registration
 
@@ -154,9 +156,10 @@ final class ObserverRegistry: Sendable {
     private func register(
         core: StoreCore, readingKey name: [UInt8]?, _ insert: (inout State, UInt64, Start?) -> Void
     ) -> UInt64 {
-        // Before the snapshot: a commit the snapshot misses then sees the flag (the fence orders
-        // this store before the snapshot's reads; `didCommit` fences the other side).
-        hasObservers.store(true, ordering: .sequentiallyConsistent)
+        // Before the snapshot: a commit the snapshot misses then sees the interest (the
+        // sequentially consistent add orders it before the snapshot's reads; `didCommit` fences
+        // the other side). The observer's removal lowers it again.
+        interest.add(1, ordering: .sequentiallyConsistent)
         while true {
             let localUnlogged = core.environment.localUnloggedCommits.load(ordering: .acquiring)
             let start: Start?
@@ -195,8 +198,8 @@ final class ObserverRegistry: Sendable {
     private func remove(_ body: (inout State) -> Void) {
         let stopped = state.withLock { state -> ExternalWatcher? in
             body(&state)
+            interest.subtract(1, ordering: .releasing)
             guard state.isEmpty else { return nil }
-            hasObservers.store(false, ordering: .releasing)
             defer { state.watcher = nil }
             return state.watcher
         }
@@ -220,10 +223,10 @@ final class ObserverRegistry: Sendable {
 
     /// Called after a local commit: delivers `record` and anything before it not yet delivered.
     func didCommit(_ record: CommitRecord, core: StoreCore) {
-        // Pairs with the fence of `register`: either the registration's snapshot saw this
-        // commit, or this load sees its flag.
+        // Pairs with the add of `register`: either the registration's snapshot saw this
+        // commit, or this load sees its interest.
         atomicMemoryFence(ordering: .sequentiallyConsistent)
-        guard hasObservers.load(ordering: .relaxed) else { return }
+        guard interest.load(ordering: .relaxed) > 0 else { return }
         deliver(upTo: record.sequence, local: record, core: core)
     }
 
