@@ -248,41 +248,56 @@ final class ErrorReporter: Sendable {
 
 /// Flushes a `bounded` store's commits to disk in the background.
 ///
-/// `@unchecked Sendable`: the dispatch timer is thread-safe and set up once in `init`; the
-/// rest is an `Atomic` and Sendable references.
+/// The timer is one-shot: the first `markDirty()` after a flush arms it for `interval` later, so
+/// a commit is flushed at most `interval` after it returned, and a store with nothing to flush
+/// wakes nobody (no timer runs while idle).
+///
+/// `@unchecked Sendable`: the dispatch queue is thread-safe and set up once in `init`; the
+/// rest is `Atomic`s and Sendable references.
 final class Flusher: @unchecked Sendable {
     private let environment: Environment
-    private let timer: any DispatchSourceTimer
+    private let queue = DispatchQueue(label: "PersistentDefaults.flush")
+    private let interval: DispatchTimeInterval
     private let dirty = Atomic<Bool>(false)
+    /// Whether a flush is scheduled and has not yet taken the dirty flag.
+    private let armed = Atomic<Bool>(false)
+    private let isStopped = Atomic<Bool>(false)
     private let reporter: ErrorReporter
 
     init(environment: Environment, interval: Duration, reporter: ErrorReporter) {
         self.environment = environment
         self.reporter = reporter
-        let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "PersistentDefaults.flush"))
         // Between 1 ms and one day: no overflow for absurd intervals, no busy loop for tiny ones.
         let seconds = min(max(interval / .seconds(1), 0.001), 86_400)
-        let nanoseconds = Int(seconds * 1e9)
-        timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .nanoseconds(nanoseconds))
-        self.timer = timer
-        timer.setEventHandler { [weak self] in self?.flush() }
-        timer.resume()
+        self.interval = .nanoseconds(Int(seconds * 1e9))
     }
 
-    func markDirty() { dirty.store(true, ordering: .releasing) }
+    func markDirty() {
+        dirty.store(true, ordering: .sequentiallyConsistent)
+        // Disarming (in `fire`) happens before the flag is taken, so a commit either finds the
+        // timer armed and is flushed by it, or arms the next one.
+        guard !armed.load(ordering: .relaxed), !armed.exchange(true, ordering: .sequentiallyConsistent) else { return }
+        queue.asyncAfter(deadline: .now() + interval) { [weak self] in self?.fire() }
+    }
+
+    private func fire() {
+        armed.store(false, ordering: .sequentiallyConsistent)
+        guard !isStopped.load(ordering: .acquiring) else { return }
+        flush()
+    }
 
     private func flush() {
-        guard dirty.exchange(false, ordering: .acquiringAndReleasing) else { return }
+        guard dirty.exchange(false, ordering: .sequentiallyConsistent) else { return }
         do { try environment.sync() } catch {
-            dirty.store(true, ordering: .releasing)
             reporter.report(error)
+            markDirty()  // Try again an interval later.
         }
     }
 
     /// Stops the timer and flushes what is left.
     func stop() {
-        timer.cancel()
-        flush()
+        isStopped.store(true, ordering: .releasing)
+        queue.sync { flush() }
     }
 }
 

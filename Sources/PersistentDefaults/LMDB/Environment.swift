@@ -90,6 +90,14 @@ final class Environment: @unchecked Sendable {
     /// migrations): each advanced LMDB's transaction ID by one without a log sequence. Counted
     /// here only, after the commit, so the watcher compares two numbers that move together.
     let localUnloggedCommits = Atomic<Int>(0)
+    /// Every commit of this process that changed pages, logged or not, counted after the
+    /// commit: the watcher skips delivery when all new transactions were this process's own
+    /// (their committing threads deliver them).
+    let localCommits = Atomic<Int>(0)
+    /// The store's wake-up channel (the `notify` file), advanced after every commit that
+    /// changed pages; nil when the file cannot be opened for writing (read-only directory or
+    /// file, another layout, a platform without futexes).
+    let wakeChannel: WakeChannel?
 
     /// Reset read transactions kept for reuse (`mdb_txn_reset` / `mdb_txn_renew`).
     private struct PooledTransaction: @unchecked Sendable {
@@ -114,6 +122,9 @@ final class Environment: @unchecked Sendable {
             handle = try Self.open(configuration, lockless: true)
             isLockless = true
         }
+        // After mdb_env_open, which created the directory's other files. A read-only open uses an
+        // existing file (to wait on it) but never creates one.
+        wakeChannel = isLockless ? nil : WakeChannel.attach(directory: configuration.path, create: !configuration.readOnly)
         var stat = MDB_stat()
         _ = mdb_env_stat(handle, &stat)  // Cannot fail on an open environment.
         pageSize = Int(stat.ms_psize)
@@ -283,7 +294,8 @@ final class Environment: @unchecked Sendable {
             throw RetrySignal.mapFull(bytes: bytes)
         }
         // Read before the commit: it releases LMDB's writer mutex, and the next writer resets it.
-        let unlogged = writeTouched && !writeLogged
+        let touched = writeTouched
+        let unlogged = touched && !writeLogged
         let bytes = writeBytes
         // lmdb.h: the transaction handle is freed by mdb_txn_commit whether it succeeds or not.
         let commitCode = mdb_txn_commit(transaction)
@@ -291,6 +303,10 @@ final class Environment: @unchecked Sendable {
         if commitCode == EIO, let explained = diagnoseShortWrite(transactionBytes: bytes) { throw explained }
         try check(commitCode, "mdb_txn_commit")
         if unlogged { localUnloggedCommits.add(1, ordering: .releasing) }
+        if touched { localCommits.add(1, ordering: .releasing) }
+        // The commit is visible to new readers now: wake the observing processes (this one's
+        // watcher too, which then finds its own commits accounted for). Never fails a commit.
+        if touched { wakeChannel?.signal() }
         return result
     }
 
