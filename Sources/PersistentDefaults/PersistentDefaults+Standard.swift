@@ -34,7 +34,8 @@ extension PersistentDefaults {
                 store = try open(&state)
             } catch {
                 state.options.errorHandler(
-                    error as? PersistentDefaultsError ?? .notAStore(path: state.path ?? standardPath, reason: "\(error)"))
+                    error as? PersistentDefaultsError
+                        ?? .notAStore(path: state.path ?? standardPath, reason: "\(error)"))
                 store = temporaryStandIn(options: state.options)
             }
             state.store = store

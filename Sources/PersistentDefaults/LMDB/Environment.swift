@@ -124,7 +124,8 @@ final class Environment: @unchecked Sendable {
         }
         // After mdb_env_open, which created the directory's other files. A read-only open uses an
         // existing file (to wait on it) but never creates one.
-        wakeChannel = isLockless ? nil : WakeChannel.attach(directory: configuration.path, create: !configuration.readOnly)
+        wakeChannel =
+            isLockless ? nil : WakeChannel.attach(directory: configuration.path, create: !configuration.readOnly)
         var stat = MDB_stat()
         _ = mdb_env_stat(handle, &stat)  // Cannot fail on an open environment.
         pageSize = Int(stat.ms_psize)

@@ -54,7 +54,8 @@ final class ExternalWatcher: @unchecked Sendable {
         channel = core.environment.wakeChannel ?? WakeChannel.makePrivate()
         let interval = core.options.fallbackCheckInterval
         let clamped = min(max(interval, .milliseconds(1)), .seconds(3_600))
-        fallbackNanoseconds = clamped.components.seconds * 1_000_000_000 + clamped.components.attoseconds / 1_000_000_000
+        fallbackNanoseconds =
+            clamped.components.seconds * 1_000_000_000 + clamped.components.attoseconds / 1_000_000_000
         let thread = Thread { [self] in run() }
         thread.name = "PersistentDefaults.watch"
         thread.start()
