@@ -141,6 +141,8 @@ final class Child: Sendable {
     private let output = Guarded(Data())
     private let arrived = DispatchSemaphore(value: 0)
     private let exited = DispatchSemaphore(value: 0)
+    /// Whether standard output reached its end (every byte is in `output`).
+    private let closed = Guarded(false)
 
     /// Starts `executable` (default: pd-worker) with `arguments`.
     init(_ arguments: [String], environment: [String: String] = [:], executable: URL? = nil) throws {
@@ -155,6 +157,7 @@ final class Child: Sendable {
             let data = handle.availableData
             if data.isEmpty { handle.readabilityHandler = nil }
             self?.output.withLock { $0.append(data) }
+            if data.isEmpty { self?.closed.withLock { $0 = true } }
             self?.arrived.signal()
         }
         try process.run()
@@ -166,7 +169,9 @@ final class Child: Sendable {
     func wait(for needle: String, timeout: Double = 20) -> Bool {
         let deadline = DispatchTime.now() + timeout
         while !text.contains(needle) {
-            guard process.isRunning || arrived.wait(timeout: .now()) == .success else { return text.contains(needle) }
+            // At the end of the output (the process ended), nothing more can arrive. Checked
+            // instead of whether the process runs: it may end before its last bytes are read.
+            if closed.withLock({ $0 }) { return text.contains(needle) }
             if arrived.wait(timeout: deadline) == .timedOut { return text.contains(needle) }
         }
         return true
