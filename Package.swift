@@ -17,7 +17,9 @@ let package = Package(
             pkgConfig: "lmdb",
             providers: [.apt(["liblmdb-dev"])]
         ),
-        .target(name: "PersistentDefaults", dependencies: ["CLMDB"]),
+        // Atomics on a mapped word and the futex system call, for the wake-up channel.
+        .systemLibrary(name: "CPlatform", path: "Sources/CPlatform"),
+        .target(name: "PersistentDefaults", dependencies: ["CLMDB", "CPlatform"]),
         .executableTarget(name: "pd-demo", dependencies: ["PersistentDefaults"]),
         .target(name: "PDReliability", dependencies: ["PersistentDefaults"]),
         .executableTarget(name: "pd-worker", dependencies: ["PersistentDefaults", "PDReliability"]),

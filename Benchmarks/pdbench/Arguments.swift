@@ -6,6 +6,8 @@ enum Command: Equatable {
     case userDefaultsOpenChild(suite: String)
     /// Internal: the child of `observers/delay-cross-process`.
     case stampChild(path: String, count: Int)
+    /// Internal: the observing child of the `observers/…-process…` cases.
+    case observeChild(path: String, key: String, seconds: Int)
 }
 
 /// Options of a benchmark run.
@@ -41,6 +43,9 @@ func parseArguments(_ arguments: [String]) -> Result<Command, ArgumentError> {
     }
     if arguments.count == 3, arguments[0] == childStampFlag, let count = Int(arguments[2]) {
         return .success(.stampChild(path: arguments[1], count: count))
+    }
+    if arguments.count == 4, arguments[0] == childObserveFlag, let seconds = Int(arguments[3]) {
+        return .success(.observeChild(path: arguments[1], key: arguments[2], seconds: seconds))
     }
     var options = RunOptions()
     var remaining = arguments[...]

@@ -18,7 +18,115 @@ let observerCases: [BenchmarkCase] = [
     },
     BenchmarkCase(name: "observers/delay-in-process") { [try delayInProcess($0)] },
     BenchmarkCase(name: "observers/delay-cross-process") { [try delayCrossProcess($0)] },
+    BenchmarkCase(name: "observers/other-process-observes-key") {
+        [try setWhileOtherProcessesObserve(1, key: "key", name: "observers/other-process-observes-key", $0)]
+    },
+    BenchmarkCase(name: "observers/100-idle-processes") {
+        [try setWhileOtherProcessesObserve(100, key: "other", name: "observers/100-idle-processes", $0)]
+    },
+    BenchmarkCase(name: "observers/idle-cpu-cross-process") { [try idleCPU($0)] },
 ]
+
+/// A child `pdbench` that observes `key` of the store at `path` and prints "ready"; with
+/// `seconds` > 0 it then idles that long and prints "cpu PERCENT", else it waits for its
+/// standard input to close.
+private final class ObservingChild {
+    let process = Process()
+    private let input = Pipe()
+    private let output = Pipe()
+
+    init(path: String, key: String, seconds: Int) throws {
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        process.arguments = [childObserveFlag, path, key, String(seconds)]
+        process.standardInput = input
+        process.standardOutput = output
+        try process.run()
+    }
+
+    /// Reads standard output until a line starting with `prefix`; returns the line.
+    func line(startingWith prefix: String) -> String? {
+        var text = ""
+        while true {
+            let data = output.fileHandleForReading.availableData
+            if data.isEmpty { return nil }
+            text += String(decoding: data, as: UTF8.self)
+            if let line = text.split(separator: "\n").first(where: { $0.hasPrefix(prefix) }) { return String(line) }
+        }
+    }
+
+    func finish() {
+        try? input.fileHandleForWriting.close()
+        process.waitUntilExit()
+    }
+}
+
+/// A bounded `set` of "key" while `count` other processes observe `key` and sleep on the
+/// store's wake-up channel.
+private func setWhileOtherProcessesObserve(
+    _ count: Int, key: String, name: String, _ context: RunContext
+) throws -> Measurement {
+    try context.withTemporaryDirectory("observers-processes") { path in
+        var options = PersistentDefaults.Options()
+        options.durability = .bounded(interval: .seconds(1))
+        let store = try PersistentDefaults(path: path, options: options)
+        let children = try (0..<count).map { _ in try ObservingChild(path: path, key: key, seconds: 0) }
+        defer { for child in children { child.finish() } }
+        for child in children where child.line(startingWith: "ready") == nil {
+            throw BenchmarkError.setup("an observing child failed")
+        }
+        let written = PersistentDefaults.Key<Int>("key", default: -1)
+        let samples = try measure(.medium(quick: context.quick)) { index in try store.set(index, for: written) }
+        return Measurement(
+            name, samples: samples, note: "bounded durability; \(count) other process(es) observing \"\(key)\"")
+    }
+}
+
+/// The CPU time an observing process uses while nothing is written, as a share of one core.
+private func idleCPU(_ context: RunContext) throws -> Measurement {
+    try context.withTemporaryDirectory("observers-idle") { path in
+        _ = try PersistentDefaults(path: path)
+        let seconds = context.quick ? 2 : 10
+        let child = try ObservingChild(path: path, key: "key", seconds: seconds)
+        defer { child.finish() }
+        guard let line = child.line(startingWith: "cpu "), let percent = Double(line.dropFirst(4)) else {
+            throw BenchmarkError.setup("the idle child failed")
+        }
+        return Measurement(
+            "observers/idle-cpu-cross-process", value: percent, unit: "%",
+            note: "user + system CPU of a process observing one key for \(seconds) s with no writes")
+    }
+}
+
+/// The hidden argument that makes `pdbench` observe a key (the child of the cases above).
+let childObserveFlag = "--child-observe"
+
+/// The child of `observers/other-process-observes-key`, `observers/100-idle-processes` and
+/// `observers/idle-cpu-cross-process`.
+func runObserveChild(path: String, key: String, seconds: Int) -> Int32 {
+    var options = PersistentDefaults.Options()
+    options.durability = .bounded(interval: .seconds(1))
+    guard let store = try? PersistentDefaults(path: path, options: options) else { return 1 }
+    let token = store.observe(PersistentDefaults.Key<Int>(key, default: 0)) { _ in }
+    print("ready")
+    fflush(nil)
+    if seconds > 0 {
+        var usage = rusage()
+        func cpu() -> Double {
+            getrusage(RUSAGE_SELF.rawValue, &usage)
+            return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
+                + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+        }
+        let before = cpu()
+        // Measuring idle cost: waiting out the interval is the point, not synchronisation.
+        Thread.sleep(forTimeInterval: Double(seconds))
+        print("cpu \((cpu() - before) / Double(seconds) * 100)")
+        fflush(nil)
+    } else {
+        _ = FileHandle.standardInput.readDataToEndOfFile()  // Until the parent closes the pipe.
+    }
+    token.cancel()
+    return 0
+}
 
 /// A bounded-durability `set` of one key while `count` observers, made by `observe`, watch
 /// other keys (by default: one key each).

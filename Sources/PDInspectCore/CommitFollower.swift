@@ -9,14 +9,11 @@ import Synchronization
     import Darwin
 #endif
 
-/// Follows a store's commit log by polling, for `watch` and `log --follow`.
-///
-/// A read transaction is cheap (well under a microsecond), so polling every 25 ms costs nothing
-/// measurable. The observer library may replace ``follow(after:until:_:)`` later; nothing else
-/// depends on how new commits are found.
+/// Follows a store's commit log, for `watch` and `log --follow`: the records already logged,
+/// then each new one as the library's commit observer delivers it (``PersistentDefaults/observeCommits(queue:_:)``),
+/// so another process's commit is printed as fast as any observer gets it.
 struct CommitFollower {
     let store: PersistentDefaults
-    var interval: Duration = .milliseconds(25)
 
     /// Passes each batch of records after `sequence` to `handle` until `handle` returns false,
     /// the deadline passes or `stop` is raised.
@@ -24,18 +21,60 @@ struct CommitFollower {
         after sequence: UInt64, until deadline: ContinuousClock.Instant?, stop: StopSignal,
         _ handle: ([CommitRecord]) throws -> Bool
     ) throws {
+        let inbox = Inbox()
+        let wakeUp = stop.wakeUp
+        // Registered before the log is read: every commit after the observer's start arrives in
+        // the inbox, and the log read below holds everything up to (at least) that start.
+        let token = store.observeCommits { record in
+            inbox.append(record)
+            wakeUp.signal()
+        }
+        defer { token.cancel() }
         var cursor = sequence
-        let seconds = Double(interval.components.seconds) + Double(interval.components.attoseconds) / 1e18
-        while !stop.isRaised {
-            if let deadline, ContinuousClock.now >= deadline { return }
+        while true {
             let records = try store.commits(after: cursor, limit: 1_000)
+            guard let last = records.last else { break }
+            cursor = last.sequence
+            guard try handle(records) else { return }
+        }
+        while !stop.isRaised {
+            var timeout = DispatchTime.distantFuture
+            if let deadline {
+                let left = ContinuousClock.now.duration(to: deadline)
+                if left <= .zero { return }
+                timeout = .now() + .nanoseconds(Int(left / .nanoseconds(1)))
+            }
+            let records = inbox.takeAll().filter { $0.sequence > cursor }
             guard let last = records.last else {
-                Thread.sleep(forTimeInterval: seconds)
+                // Signalled by each delivered record and by SIGINT/SIGTERM.
+                _ = wakeUp.wait(timeout: timeout)
                 continue
             }
             cursor = last.sequence
             guard try handle(records) else { return }
         }
+    }
+}
+
+/// Records delivered by the observer, waiting for the follow loop.
+///
+/// `@unchecked Sendable`: `records` is touched only between `lock()` and `unlock()` (an
+/// `NSLock`, which ThreadSanitizer sees).
+private final class Inbox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var records: [CommitRecord] = []
+
+    func append(_ record: CommitRecord) {
+        lock.lock()
+        defer { lock.unlock() }
+        records.append(record)
+    }
+
+    func takeAll() -> [CommitRecord] {
+        lock.lock()
+        defer { lock.unlock() }
+        defer { records.removeAll() }
+        return records
     }
 }
 
@@ -46,6 +85,9 @@ struct CommitFollower {
 final class StopSignal: @unchecked Sendable {
     private let raised = Atomic<Bool>(false)
     private var sources: [any DispatchSourceSignal] = []
+    /// Signalled when the signal is raised; a follow loop waits on it (its observer signals it
+    /// too, for each new record).
+    let wakeUp = DispatchSemaphore(value: 0)
 
     /// Starts listening for SIGINT and SIGTERM.
     init() {
@@ -53,7 +95,10 @@ final class StopSignal: @unchecked Sendable {
             // The default action would kill the process; the dispatch source handles it instead.
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { [weak self] in self?.raised.store(true, ordering: .releasing) }
+            source.setEventHandler { [weak self] in
+                self?.raised.store(true, ordering: .releasing)
+                self?.wakeUp.signal()
+            }
             source.resume()
             sources.append(source)
         }

@@ -125,8 +125,8 @@ public enum Verb: String, Sendable, CaseIterable {
         case .log, .watch:
             """
             --max-events and --timeout make the command stop by itself (for scripts and tests);
-            otherwise it polls every 25 ms until SIGINT or SIGTERM. With --json, one JSON object
-            per line.
+            otherwise it follows until SIGINT or SIGTERM, woken by each commit like any observer
+            of the store. With --json, one JSON object per line.
             """
         case .compact:
             "OUT is created when missing and must be empty; the copy leaves out free pages."

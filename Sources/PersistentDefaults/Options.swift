@@ -30,6 +30,12 @@ extension PersistentDefaults {
         /// Reader slots in the lock file (`mdb_env_set_maxreaders`), at least 1. Default 126,
         /// LMDB's default. Only the process that creates the lock file sets it.
         public var maxReaders = 126
+        /// How often a process with observers checks LMDB's transaction ID for commits that did
+        /// not wake it: commits by writers that do not know the store's wake-up channel (Python's
+        /// `lmdb`, versions of this library before it) and all commits when this process cannot
+        /// write the channel file (read-only directory). Commits through the channel arrive in
+        /// well under a millisecond whatever this is. Clamped to 1 ms … 1 hour. Default 1 second.
+        public var fallbackCheckInterval: Duration = .seconds(1)
         /// Receives errors that the non-throwing API cannot throw: a subscript write that failed,
         /// a stored value that does not decode (reported once per key and reason), a background
         /// flush that failed. Default: one line on standard error.

@@ -141,6 +141,7 @@ final class StoreCore: Sendable {
             committed = try writer.finish()
             return result
         }
+        flusher?.markDirty()
         return (result, committed)
     }
 
@@ -277,21 +278,28 @@ final class ErrorReporter: Sendable {
 ///
 /// What needs flushing is read from `Environment.localCommits`, which every commit of this
 /// process that changed pages advances (logged or not: store creation, migrations, `write { }`
-/// that changed nothing logged), so no writer has to remember to mark the store dirty.
+/// that changed nothing logged), so a missed `markDirty()` can delay a flush, never lose one.
+///
+/// The timer is one-shot: `markDirty()`, called after every commit, arms it for `interval` later
+/// unless it is armed already, so a commit is flushed at most `interval` after it returned, and
+/// a store with nothing to flush wakes nobody (no timer runs while idle).
 ///
 /// A store that is never released (a global, `PersistentDefaults.standard`) never reaches
 /// `stop()`, so every live flusher is also listed for an `atexit` handler that syncs them all
 /// when the process exits normally (return from `main`, `exit()`).
 ///
-/// `@unchecked Sendable`: the dispatch timer is thread-safe and set up once in `init`; the
-/// rest is an `Atomic` and Sendable references.
+/// `@unchecked Sendable`: the dispatch queue is thread-safe and set up once in `init`; the
+/// rest is `Atomic`s and Sendable references.
 final class Flusher: @unchecked Sendable {
     private let environment: Environment
-    private let timer: any DispatchSourceTimer
+    private let reporter: ErrorReporter
+    private let queue = DispatchQueue(label: "PersistentDefaults.flush")
+    private let interval: DispatchTimeInterval
     /// `environment.localCommits` as of the last successful sync.
     private let syncedCommits = Atomic<Int>(0)
-    private let reporter: ErrorReporter
-
+    /// Whether a flush is scheduled and has not yet read `localCommits`.
+    private let armed = Atomic<Bool>(false)
+    private let isStopped = Atomic<Bool>(false)
     /// Every flusher not yet stopped, for the exit handler. Held only to insert, remove or copy,
     /// never across I/O, so the exiting thread cannot wait on it for long.
     private static let live = Locked<[ObjectIdentifier: Flusher]>([:])
@@ -308,34 +316,45 @@ final class Flusher: @unchecked Sendable {
     init(environment: Environment, interval: Duration, reporter: ErrorReporter) {
         self.environment = environment
         self.reporter = reporter
-        let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "PersistentDefaults.flush"))
         // Between 1 ms and one day: no overflow for absurd intervals, no busy loop for tiny ones.
         let seconds = min(max(interval / .seconds(1), 0.001), 86_400)
-        let nanoseconds = Int(seconds * 1e9)
-        timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .nanoseconds(nanoseconds))
-        self.timer = timer
-        timer.setEventHandler { [weak self] in self?.flush() }
+        self.interval = .nanoseconds(Int(seconds * 1e9))
         _ = Self.exitHandler
         Self.live.withLock { $0[ObjectIdentifier(self)] = self }
-        timer.resume()
+        markDirty()  // The store's creation, if this open made it.
+    }
+
+    /// Arms the timer unless it is armed. Sequentially consistent on both sides (with the
+    /// commit counter's increment and `fire`'s load): a commit either finds the timer armed
+    /// before it reads the counter, or arms the next one.
+    func markDirty() {
+        guard !armed.exchange(true, ordering: .sequentiallyConsistent) else { return }
+        queue.asyncAfter(deadline: .now() + interval) { [weak self] in self?.fire() }
+    }
+
+    private func fire() {
+        armed.store(false, ordering: .sequentiallyConsistent)
+        guard !isStopped.load(ordering: .acquiring) else { return }
+        flush()
     }
 
     private func flush() {
-        let commits = environment.localCommits.load(ordering: .acquiring)
+        let commits = environment.localCommits.load(ordering: .sequentiallyConsistent)
         guard commits != syncedCommits.load(ordering: .acquiring) else { return }
         do {
             try environment.sync()
             syncedCommits.store(commits, ordering: .releasing)
         } catch {
             reporter.report(error)
+            markDirty()  // Try again an interval later.
         }
     }
 
     /// Stops the timer and flushes what is left.
     func stop() {
         Self.live.withLock { $0[ObjectIdentifier(self)] = nil }
-        timer.cancel()
-        flush()
+        isStopped.store(true, ordering: .releasing)
+        queue.sync { flush() }
     }
 
     /// The exit handler: syncs every store with unsynced commits. It runs on the exiting thread

@@ -34,9 +34,13 @@ import PersistentDefaults
 //                                          and "write: …" for reads and a write after the failure
 //
 //   pd-worker observe-idle DIR KEY SECONDS  observe KEY while idle; print the CPU time used
+//   pd-worker watch DIR COUNT KEY...       observe the Int KEYs; print "channel writable: yes|no",
+//                                          "ready", then "change KEY OLD NEW SEQUENCE" per change,
+//                                          and "done" after COUNT changes
 //
 // Environment: PD_LOG_RETENTION sets the log retention, PD_DURABILITY=bounded the bounded
-// durability (100 ms), PD_MAX_READERS the reader slots.
+// durability (100 ms), PD_MAX_READERS the reader slots, PD_READ_ONLY=1 opens read-only,
+// PD_FALLBACK_MS the fallback check interval of observers.
 //
 // Exit codes: 0 done, 2 usage, 3 a store error (printed on stderr).
 
@@ -52,6 +56,10 @@ func options() -> PersistentDefaults.Options {
     if let retention = environment["PD_LOG_RETENTION"].flatMap(Int.init) { options.logRetention = retention }
     if environment["PD_DURABILITY"] == "bounded" { options.durability = .bounded(interval: .milliseconds(100)) }
     if let readers = environment["PD_MAX_READERS"].flatMap(Int.init) { options.maxReaders = readers }
+    if environment["PD_READ_ONLY"] == "1" { options.readOnly = true }
+    if let milliseconds = environment["PD_FALLBACK_MS"].flatMap(Int.init) {
+        options.fallbackCheckInterval = .milliseconds(milliseconds)
+    }
     return options
 }
 
@@ -94,6 +102,9 @@ func run(_ arguments: [String]) -> ExitCode {
             for value in 1...max(count, 1) { try PersistentDefaults.standard.set(value, for: key) }
         case ("map-under-limit", 2):
             return mapUnderLimit(path: arguments[1])
+        case ("watch", 4...):
+            guard let count = Int(arguments[2]) else { return .usage }
+            try watch(path: arguments[1], count: count, keys: Array(arguments[3...]))
         case ("probe-read-only", 3):
             probeReadOnly(path: arguments[1], key: arguments[2])
         case (_, 4):
@@ -142,6 +153,22 @@ func simple(_ arguments: [String]) throws -> ExitCode {
         return .usage
     }
     return .ok
+}
+
+func watch(path: String, count: Int, keys: [String]) throws {
+    let store = try PersistentDefaults(path: path, options: options())
+    say("channel writable: \(access(path + "/notify", W_OK) == 0 ? "yes" : "no")")
+    let seen = DispatchSemaphore(value: 0)
+    let tokens = keys.map { name in
+        store.observe(PersistentDefaults.Key<Int>(name, default: 0)) { change in
+            say("change \(name) \(change.oldValue) \(change.newValue) \(change.sequence)")
+            seen.signal()
+        }
+    }
+    say("ready")
+    for _ in 0..<count { seen.wait() }
+    say("done")
+    withExtendedLifetime(tokens) {}
 }
 
 func hammer(path: String, threads: Int, count: Int) throws {

@@ -4,47 +4,6 @@ import PersistentDefaults
 import Synchronization
 import Testing
 
-/// A child process whose standard output is collected as it arrives, so that a test can wait
-/// for a line with a timeout instead of sleeping.
-private final class Child: Sendable {
-    let process: Process
-    private let output = Guarded(Data())
-    private let arrived = DispatchSemaphore(value: 0)
-
-    init(_ arguments: [String], environment: [String: String] = [:]) throws {
-        process = Process()
-        process.executableURL = productsDirectory.appendingPathComponent("pd-worker")
-        process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        pipe.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            let data = handle.availableData
-            if data.isEmpty { handle.readabilityHandler = nil }
-            self?.output.withLock { $0.append(data) }
-            self?.arrived.signal()
-        }
-        try process.run()
-    }
-
-    var text: String { output.withLock { String(decoding: $0, as: UTF8.self) } }
-
-    /// Waits until the output contains `needle`; false after `timeout` seconds without.
-    func wait(for needle: String, timeout: Double = 20) -> Bool {
-        let deadline = DispatchTime.now() + timeout
-        while !text.contains(needle) {
-            guard process.isRunning || arrived.wait(timeout: .now()) == .success else { return text.contains(needle) }
-            if arrived.wait(timeout: deadline) == .timedOut { return text.contains(needle) }
-        }
-        return true
-    }
-
-    func kill() {
-        _ = Glibc.kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-    }
-}
-
 /// Whether this process may mount a tmpfs (root with CAP_SYS_ADMIN), tried once.
 private let canMountTmpfs: Bool = {
     guard geteuid() == 0 else { return false }

@@ -133,3 +133,65 @@ final class Events<Value: Sendable>: Sendable {
         return true
     }
 }
+
+/// A child process whose standard output is collected as it arrives, so that a test can wait
+/// for a line with a timeout instead of sleeping.
+final class Child: Sendable {
+    let process: Process
+    private let output = Guarded(Data())
+    private let arrived = DispatchSemaphore(value: 0)
+    private let exited = DispatchSemaphore(value: 0)
+    /// Whether standard output reached its end (every byte is in `output`).
+    private let closed = Guarded(false)
+
+    /// Starts `executable` (default: pd-worker) with `arguments`.
+    init(_ arguments: [String], environment: [String: String] = [:], executable: URL? = nil) throws {
+        process = Process()
+        process.executableURL = executable ?? productsDirectory.appendingPathComponent("pd-worker")
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.terminationHandler = { [exited] _ in exited.signal() }
+        pipe.fileHandleForReading.readabilityHandler = { [weak self] handle in
+            let data = handle.availableData
+            if data.isEmpty { handle.readabilityHandler = nil }
+            self?.output.withLock { $0.append(data) }
+            if data.isEmpty { self?.closed.withLock { $0 = true } }
+            self?.arrived.signal()
+        }
+        try process.run()
+    }
+
+    var text: String { output.withLock { String(decoding: $0, as: UTF8.self) } }
+
+    /// Waits until the output contains `needle`; false after `timeout` seconds without.
+    func wait(for needle: String, timeout: Double = 20) -> Bool {
+        let deadline = DispatchTime.now() + timeout
+        while !text.contains(needle) {
+            // At the end of the output (the process ended), nothing more can arrive. Checked
+            // instead of whether the process runs: it may end before its last bytes are read.
+            if closed.withLock({ $0 }) { return text.contains(needle) }
+            if arrived.wait(timeout: deadline) == .timedOut { return text.contains(needle) }
+        }
+        return true
+    }
+
+    /// The complete lines written so far.
+    var lines: [String] { text.split(separator: "\n").map(String.init) }
+
+    /// Waits for the process to end; false after `timeout` seconds (the process is then killed).
+    func waitForExit(timeout: Double = 60) -> Bool {
+        guard exited.wait(timeout: .now() + timeout) == .success else {
+            kill()
+            return false
+        }
+        process.waitUntilExit()
+        return true
+    }
+
+    func kill() {
+        _ = Glibc.kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+}

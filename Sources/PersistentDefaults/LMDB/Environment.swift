@@ -98,8 +98,14 @@ final class Environment: @unchecked Sendable {
     /// migrations): each advanced LMDB's transaction ID by one without a log sequence. Counted
     /// here only, after the commit, so the watcher compares two numbers that move together.
     let localUnloggedCommits = Atomic<Int>(0)
-    /// Commits of this process that changed pages, logged or not: what the flusher must sync.
+    /// Every commit of this process that changed pages, logged or not, counted after the
+    /// commit: the watcher skips delivery when all new transactions were this process's own
+    /// (their committing threads deliver them), and the flusher syncs when it moved.
     let localCommits = Atomic<Int>(0)
+    /// The store's wake-up channel (the `notify` file), advanced after every commit that
+    /// changed pages; nil when the file cannot be opened for writing (read-only directory or
+    /// file, another layout, a platform without futexes).
+    let wakeChannel: WakeChannel?
 
     /// Reset read transactions kept for reuse (`mdb_txn_reset` / `mdb_txn_renew`).
     private struct PooledTransaction: @unchecked Sendable {
@@ -130,6 +136,10 @@ final class Environment: @unchecked Sendable {
             isLockless = true
             lockProbe = probe
         }
+        // After mdb_env_open, which created the directory's other files. A read-only open uses an
+        // existing file (to wait on it) but never creates one.
+        wakeChannel =
+            isLockless ? nil : WakeChannel.attach(directory: configuration.path, create: !configuration.readOnly)
         var stat = MDB_stat()
         _ = mdb_env_stat(handle, &stat)  // Cannot fail on an open environment.
         pageSize = Int(stat.ms_psize)
@@ -310,15 +320,19 @@ final class Environment: @unchecked Sendable {
         }
         // Read before the commit: it releases LMDB's writer mutex, and the next writer resets it.
         let touched = writeTouched
-        let unlogged = writeTouched && !writeLogged
+        let unlogged = touched && !writeLogged
         let bytes = writeBytes
         // lmdb.h: the transaction handle is freed by mdb_txn_commit whether it succeeds or not.
         let commitCode = mdb_txn_commit(transaction)
         if commitCode == MDB_MAP_FULL { throw RetrySignal.mapFull(bytes: bytes) }
         if commitCode == EIO, let explained = diagnoseShortWrite(transactionBytes: bytes) { throw explained }
         try check(commitCode, "mdb_txn_commit")
-        if touched { localCommits.add(1, ordering: .releasing) }
+        // Sequentially consistent: pairs with the flusher's arming (see `Flusher.markDirty`).
+        if touched { localCommits.add(1, ordering: .sequentiallyConsistent) }
         if unlogged { localUnloggedCommits.add(1, ordering: .releasing) }
+        // The commit is visible to new readers now: wake the observing processes (this one's
+        // watcher too, which then finds its own commits accounted for). Never fails a commit.
+        if touched { wakeChannel?.signal() }
         return result
     }
 

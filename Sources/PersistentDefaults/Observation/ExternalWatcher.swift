@@ -9,65 +9,73 @@ import Synchronization
 
 /// Notices commits made by other processes while a store has observers.
 ///
-/// A thread checks every 15 ms: it reads LMDB's last transaction ID from the shared meta page (a
-/// memory read, no system call); when the ID moved, it reads the snapshot's transaction ID and
-/// newest log sequence and has the registry deliver what is new. Each logged commit advances
-/// both by one; this process counts its own commits that wrote no log record
+/// A thread sleeps on the store's wake-up channel (``WakeChannel``: a futex word in the file
+/// `notify` that every writer of this library advances after each commit) and, when woken or
+/// after `Options.fallbackCheckInterval`, checks: it reads LMDB's last transaction ID from the
+/// shared meta page (a memory read, no system call); when the ID moved, it reads the snapshot's
+/// transaction ID and newest log sequence and has the registry deliver what is new. Each logged
+/// commit advances both by one; this process counts its own commits that wrote no log record
 /// (`Environment.localUnloggedCommits`, counted in one place, after the commit). Transaction IDs
 /// that neither account for were made by a client that bypasses the log; then the registry
 /// compares the observed keys with the store, after delivering the logged records before them,
 /// so a spurious comparison costs reads and never reorders changes.
 ///
-/// Why a poll and not inotify: with an inotify watch on `data.mdb`, every `pwrite` of every
-/// writer pays for a notification event; measured here, that made a set 1.4× slower for the
-/// writing process as soon as one observer existed, against 1.06× with the poll. The poll costs
-/// about 0.4 % of a core while idle and delivers another process's commit within 15 ms.
+/// The timed check is the fallback for writers that do not know the channel (Python's `lmdb`,
+/// older versions of this library) and for processes that cannot write the channel file; they
+/// then wait on a word private to the process, which only `stop()` moves.
+///
+/// Why not inotify: with an inotify watch on `data.mdb`, every `pwrite` of every writer pays for
+/// a notification event; measured here, that made a set 1.4× slower for the writing process as
+/// soon as one observer existed. The channel costs a writer one compare-and-swap per commit and a
+/// `FUTEX_WAKE` only when a process sleeps on it.
 ///
 /// Stopping never waits for the thread, which may be running observer callbacks (that may wait
 /// for the stopping thread, or open and close stores): the thread ends after its current check.
 ///
-/// `@unchecked Sendable`: the counters are touched only on the watcher's thread; the file
-/// descriptors are set up in `init` and closed in `deinit`.
+/// `@unchecked Sendable`: the counters are touched only on the watcher's thread; the channel is
+/// itself Sendable and kept alive by the watcher while the thread may use it.
 final class ExternalWatcher: @unchecked Sendable {
     private weak var core: StoreCore?
-    private let wake: (read: Int32, write: Int32)
+    /// The store's channel, or a private word when the store's cannot be used.
+    private let channel: WakeChannel
+    private let fallbackNanoseconds: Int64
     private let isStopping = Atomic<Bool>(false)
     private var lastTransaction: Int
     private var lastSequence: UInt64
     private var lastLocalUnlogged: Int
+    private var lastLocalCommits: Int
 
     /// Starts watching from a snapshot with `transactionID` and `sequence`, taken after
-    /// `localUnlogged` was read.
-    init(core: StoreCore, transactionID: Int, sequence: UInt64, localUnlogged: Int) {
+    /// `localUnlogged` and `localCommits` were read.
+    init(core: StoreCore, transactionID: Int, sequence: UInt64, localUnlogged: Int, localCommits: Int) {
         self.core = core
         (lastTransaction, lastSequence, lastLocalUnlogged) = (transactionID, sequence, localUnlogged)
-        var descriptors: [Int32] = [-1, -1]
-        if pipe(&descriptors) != 0 { descriptors = [-1, -1] }  // Without it, stop() cannot wake the thread early.
-        wake = (descriptors[0], descriptors[1])
+        lastLocalCommits = localCommits
+        channel = core.environment.wakeChannel ?? WakeChannel.makePrivate()
+        let interval = core.options.fallbackCheckInterval
+        let clamped = min(max(interval, .milliseconds(1)), .seconds(3_600))
+        fallbackNanoseconds =
+            clamped.components.seconds * 1_000_000_000 + clamped.components.attoseconds / 1_000_000_000
         let thread = Thread { [self] in run() }
         thread.name = "PersistentDefaults.watch"
         thread.start()
     }
 
     private func run() {
-        var wakeUp = pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)
-        var timeout = Self.interval
-        while !isStopping.load(ordering: .acquiring) {
-            // Waits out the interval; stop() ends the wait early through the pipe.
-            _ = poll(&wakeUp, 1, timeout)
+        while true {
+            // Read the word before checking: a commit after this read moves the word, so the
+            // wait below returns at once and the next round sees the commit.
+            let seen = channel.current()
             if isStopping.load(ordering: .acquiring) { break }
-            timeout = check() ? Self.interval : 1
+            // A commit the meta page shows but a new snapshot does not see yet: look again soon.
+            let timeout = check() ? fallbackNanoseconds : Self.retryNanoseconds
+            if isStopping.load(ordering: .acquiring) { break }
+            channel.wait(from: seen, timeoutNanoseconds: timeout)
         }
     }
 
-    // The thread holds `self` while it runs, and `stop()` is called through a reference, so the
-    // pipe is closed only when neither can use it any more (never under a concurrent `write`).
-    deinit {
-        for descriptor in [wake.read, wake.write] where descriptor >= 0 { close(descriptor) }
-    }
-
-    /// Milliseconds between checks.
-    static let interval: Int32 = 15
+    /// How soon to check again when the meta page is ahead of a new snapshot.
+    static let retryNanoseconds: Int64 = 1_000_000
 
     /// Delivers what other processes committed; returns false when LMDB's meta page shows a
     /// commit that a new snapshot does not see yet, so that the caller checks again soon.
@@ -78,14 +86,23 @@ final class ExternalWatcher: @unchecked Sendable {
         do {
             // Read before the snapshot: every commit it counts is visible in the snapshot.
             let localUnlogged = core.environment.localUnloggedCommits.load(ordering: .acquiring)
+            let localCommits = core.environment.localCommits.load(ordering: .acquiring)
             // The meta page can show a commit a moment before new readers see it, so count what
             // the snapshot shows; a commit not yet visible is seen on the next check.
             let (transaction, sequence) = try core.environment.withRead { ($0.id, try core.lastSequence(in: $0)) }
             // Wrapping arithmetic: foreign log keys may hold any number; they must not trap.
             let logged = Int(truncatingIfNeeded: sequence &- lastSequence)
             let unaccounted = (transaction &- lastTransaction) &- logged &- (localUnlogged &- lastLocalUnlogged)
+            // Commits counted before the snapshot are in it, so this is at least the number of
+            // other processes' commits: zero means every new one is this process's own, which its
+            // committing threads deliver (the channel also wakes this thread for them). Delivering
+            // here too would be correct but would take the delivery away from those threads.
+            let foreign = (transaction &- lastTransaction) &- (localCommits &- lastLocalCommits)
             (lastTransaction, lastSequence, lastLocalUnlogged) = (transaction, sequence, localUnlogged)
-            core.observers.deliver(upTo: sequence, compare: unaccounted != 0, core: core)
+            lastLocalCommits = localCommits
+            if foreign != 0 || unaccounted != 0 {
+                core.observers.deliver(upTo: sequence, compare: unaccounted != 0, core: core)
+            }
             return transaction >= latest
         } catch {
             if !isStopping.load(ordering: .acquiring) { core.reporter.reportOnce(error) }
@@ -95,9 +112,10 @@ final class ExternalWatcher: @unchecked Sendable {
 
     /// Ends the thread after its current check, without waiting for it.
     func stop() {
-        isStopping.store(true, ordering: .releasing)
-        var byte: UInt8 = 1
-        // Wakes the poll at once; should the pipe be missing or full, the poll times out anyway.
-        _ = write(wake.write, &byte, 1)
+        isStopping.store(true, ordering: .sequentiallyConsistent)
+        // Moves the word after the flag: the thread either sees the flag after its next read
+        // of the word, or its wait returns at once (or is woken). On the store's channel, the
+        // other observing processes wake too and find nothing new: one spare check each.
+        channel.signal()
     }
 }

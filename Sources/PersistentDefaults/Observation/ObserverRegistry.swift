@@ -162,6 +162,7 @@ final class ObserverRegistry: Sendable {
         interest.add(1, ordering: .sequentiallyConsistent)
         while true {
             let localUnlogged = core.environment.localUnloggedCommits.load(ordering: .acquiring)
+            let localCommits = core.environment.localCommits.load(ordering: .acquiring)
             let start: Start?
             do {
                 start = try core.environment.withRead { transaction in
@@ -185,7 +186,7 @@ final class ObserverRegistry: Sendable {
                 if state.watcher == nil, !state.isClosed {
                     state.watcher = ExternalWatcher(
                         core: core, transactionID: start?.transactionID ?? 0, sequence: start?.sequence ?? 0,
-                        localUnlogged: localUnlogged)
+                        localUnlogged: localUnlogged, localCommits: localCommits)
                 }
                 return state.nextID
             }

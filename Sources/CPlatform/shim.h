@@ -1,0 +1,72 @@
+#ifndef CPLATFORM_SHIM_H
+#define CPLATFORM_SHIM_H
+// What Swift cannot call by itself, for the store's wake-up channel: C11 atomics on a word in
+// memory mapped from a file (Synchronization.Atomic cannot live at a raw address), and the
+// variadic futex system call. Each function is a thin static inline wrapper.
+#include <stdint.h>
+#include <errno.h>
+#include <time.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+/// Loads the 32-bit word at `word` (sequentially consistent).
+static inline uint32_t pd_atomic_load_u32(const uint32_t *word) {
+    return __atomic_load_n(word, __ATOMIC_SEQ_CST);
+}
+
+/// Replaces `*word` with `desired` if it holds `expected`; returns whether it did.
+static inline int pd_atomic_cas_u32(uint32_t *word, uint32_t expected, uint32_t desired) {
+    return __atomic_compare_exchange_n(word, &expected, desired, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
+/// Replaces `*word` with `desired` if it holds `expected`; returns whether it did.
+static inline int pd_atomic_cas_u64(uint64_t *word, uint64_t expected, uint64_t desired) {
+    return __atomic_compare_exchange_n(word, &expected, desired, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
+/// Loads the 64-bit word at `word` (sequentially consistent).
+static inline uint64_t pd_atomic_load_u64(const uint64_t *word) {
+    return __atomic_load_n(word, __ATOMIC_SEQ_CST);
+}
+
+/// Whether this platform has futexes; elsewhere `pd_futex_wait` sleeps and `pd_futex_wake` does nothing.
+static inline int pd_futex_available(void) {
+#ifdef __linux__
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/// Sleeps while `*word == expected`, at most `timeout_ns` nanoseconds (FUTEX_WAIT on a shared
+/// word: no FUTEX_PRIVATE_FLAG, so a word in a MAP_SHARED file mapping works across processes).
+/// Returns 0 when woken, otherwise -1 with errno (EAGAIN: the word differed; ETIMEDOUT; EINTR).
+static inline int pd_futex_wait(uint32_t *word, uint32_t expected, int64_t timeout_ns) {
+    struct timespec timeout = {(time_t)(timeout_ns / 1000000000), (long)(timeout_ns % 1000000000)};
+#ifdef __linux__
+    return (int)syscall(SYS_futex, word, FUTEX_WAIT, expected, &timeout, NULL, 0);
+#else
+    // Other platforms poll: the caller checks again after the timeout.
+    (void)word;
+    (void)expected;
+    nanosleep(&timeout, NULL);
+    errno = ETIMEDOUT;
+    return -1;
+#endif
+}
+
+/// Wakes every thread of every process waiting on `word` (FUTEX_WAKE, shared); returns how many
+/// it woke, or -1 with errno.
+static inline int pd_futex_wake_all(uint32_t *word) {
+#ifdef __linux__
+    return (int)syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+#else
+    (void)word;
+    return 0;
+#endif
+}
+
+#endif
