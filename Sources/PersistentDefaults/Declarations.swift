@@ -10,7 +10,7 @@ struct DeclaredForm: Equatable {
     var encodedDefault: [UInt8]
 }
 
-/// A key as the code declared it with ``PersistentDefaults/declare(_:)-([Keys])``: its name, the
+/// A key as the code declared it with `PersistentDefaults.declare(_:)`: its name, the
 /// type its values are stored as, its default and an optional one-line summary, kept in the
 /// store's `meta` database so that tools such as `pdinspect` can show and enforce them.
 ///
@@ -128,13 +128,13 @@ extension PersistentDefaults {
         try declare(keys, summary: nil)
     }
 
-    /// Declares every key of `keys`; see ``declare(_:)-(Keys...)``.
+    /// Declares every key of `keys`; see `declare(_:)` (variadic).
     public func declare(_ keys: [Keys]) throws {
         try declare(keys, summary: nil)
     }
 
     /// Declares one key with a one-line summary for operators; an empty summary removes the
-    /// recorded one. See ``declare(_:)-(Keys...)``.
+    /// recorded one. See `declare(_:)` (variadic).
     ///
     /// ```swift
     /// try store.declare(.maxConnections, summary: "Upper bound on open client connections")

@@ -35,7 +35,7 @@ public enum PersistentDefaultsError: Error, Sendable, Equatable, CustomStringCon
     /// A value of `key` encodes to `size` bytes (type tag and payload), more than the store's
     /// ``PersistentDefaults/Options/maxValueSize`` (`limit`); nothing was written.
     case valueTooLarge(key: String, size: Int, limit: Int)
-    /// A key cannot be declared as asked (``PersistentDefaults/declare(_:summary:)``): `reason` says why.
+    /// A key cannot be declared as asked (`PersistentDefaults.declare`): `reason` says why.
     case invalidDeclaration(key: String, reason: String)
 
     /// The LMDB code, when the error came from LMDB or the file system.
