@@ -207,7 +207,13 @@ extension PersistentDefaults {
         /// The declarations that differ from those recorded in `transaction`, with their summary.
         func changed(in transaction: Transaction) throws -> [(key: Keys, form: DeclaredForm, summary: String?)] {
             try wanted.compactMap { entry in
-                let recorded = try core.declaration(named: entry.key.nameBytes, in: transaction)
+                // A recorded declaration that no longer decodes (another tool wrote it) is replaced.
+                let recorded: KeyDeclaration?
+                do {
+                    recorded = try core.declaration(named: entry.key.nameBytes, in: transaction)
+                } catch PersistentDefaultsError.decodingFailed {
+                    recorded = nil
+                }
                 // No summary given keeps the recorded one; an empty one removes it.
                 let newSummary = summary.map { $0.isEmpty ? nil : $0 } ?? recorded?.summary
                 if let recorded, recorded.form == entry.form, recorded.summary == newSummary { return nil }
