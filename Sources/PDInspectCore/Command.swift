@@ -9,12 +9,15 @@ import PersistentDefaults
 public enum Command: Sendable, Equatable {
     /// Print the overview, or one verb's help when `verb` is set.
     case help(Verb?)
-    /// List the stored keys (name, type, size), optionally only those starting with `prefix`.
-    case keys(database: String, prefix: String, format: OutputFormat)
-    /// Print one key's decoded value.
+    /// List the stored keys (name, type, size), optionally only those starting with `prefix`;
+    /// with `all`, also the declared keys that are not stored, with their default.
+    case keys(database: String, prefix: String, all: Bool = false, format: OutputFormat)
+    /// Print one key's decoded value, or its declared default when it is not stored.
     case get(database: String, key: String, format: OutputFormat)
-    /// Store a value under a key in one transaction.
-    case set(database: String, key: String, value: StoredValue)
+    /// Print a key's declaration, value and newest logged change.
+    case describe(database: String, key: String, format: OutputFormat)
+    /// Store a value under a key in one transaction; unless `force`, only of the declared type.
+    case set(database: String, key: String, value: StoredValue, force: Bool = false)
     /// Remove a key.
     case delete(database: String, key: String)
     /// Print every key with its decoded value.
@@ -22,8 +25,9 @@ public enum Command: Sendable, Equatable {
     /// Write every key to a JSON file (`-` for standard output), types preserved.
     case export(database: String, file: String)
     /// Read a file written by `export` (`-` for standard input) and store it in one transaction;
-    /// with `replace`, keys missing from the file are removed in the same transaction.
-    case `import`(database: String, file: String, replace: Bool)
+    /// with `replace`, keys missing from the file are removed in the same transaction; unless
+    /// `force`, every value must be of its key's declared type.
+    case `import`(database: String, file: String, replace: Bool, force: Bool = false)
     /// Print the store's format and LMDB statistics.
     case stat(database: String, format: OutputFormat)
     /// Print the commit log, and with `follow.isFollowing` keep printing new commits.

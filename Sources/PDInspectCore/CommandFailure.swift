@@ -18,7 +18,8 @@ struct CommandFailure: Error, Sendable, Equatable {
             self = failure
         case let usage as UsageError:
             self.init(.usage, usage.description)
-        case PersistentDefaultsError.invalidKeyName, PersistentDefaultsError.encodingFailed:
+        case PersistentDefaultsError.invalidKeyName, PersistentDefaultsError.encodingFailed,
+            PersistentDefaultsError.valueTooLarge:
             self.init(.usage, "\(error)")
         default:
             self.init(.unavailable, "\(error)")

@@ -41,10 +41,15 @@ public enum CommandParser {
         switch verb {
         case .keys:
             let database = try arguments.positionals(["DB"])[0]
-            return .keys(database: database, prefix: arguments.value("--prefix") ?? "", format: format)
+            return .keys(
+                database: database, prefix: arguments.value("--prefix") ?? "", all: arguments.flag("--all"),
+                format: format)
         case .get:
             let values = try arguments.positionals(["DB", "KEY"])
             return .get(database: values[0], key: try key(values[1], verb), format: format)
+        case .describe:
+            let values = try arguments.positionals(["DB", "KEY"])
+            return .describe(database: values[0], key: try key(values[1], verb), format: format)
         case .set:
             let values = try arguments.positionals(["DB", "KEY", "VALUE"])
             guard let typeName = arguments.value("--type") else {
@@ -55,7 +60,9 @@ public enum CommandParser {
                     "unknown type '\(typeName)'"
                         + Suggestion.hint(for: typeName, among: ValueType.allCases.map(\.rawValue)), verb: verb)
             }
-            return .set(database: values[0], key: try key(values[1], verb), value: try type.parse(values[2]))
+            return .set(
+                database: values[0], key: try key(values[1], verb), value: try type.parse(values[2]),
+                force: arguments.flag("--force"))
         case .delete:
             let values = try arguments.positionals(["DB", "KEY"])
             return .delete(database: values[0], key: try key(values[1], verb))
@@ -66,7 +73,9 @@ public enum CommandParser {
             return .export(database: values[0], file: values[1])
         case .import:
             let values = try arguments.positionals(["DB", "FILE"])
-            return .import(database: values[0], file: values[1], replace: arguments.flag("--replace"))
+            return .import(
+                database: values[0], file: values[1], replace: arguments.flag("--replace"),
+                force: arguments.flag("--force"))
         case .stat:
             return .stat(database: try arguments.positionals(["DB"])[0], format: format)
         case .log:

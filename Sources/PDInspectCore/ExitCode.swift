@@ -14,7 +14,8 @@ public enum ExitCode: Int32, Sendable, CaseIterable {
         switch self {
         case .success: "ok"
         case .failure: "key absent, or check found problems"
-        case .usage: "usage error: unknown verb or option, bad value, key name or import file"
+        case .usage:
+            "usage error: unknown verb or option; a bad, too large or wrongly typed value, key name or import file"
         case .unavailable: "the database cannot be opened, read or written"
         }
     }

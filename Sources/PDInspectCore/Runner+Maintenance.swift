@@ -161,6 +161,8 @@ extension Runner {
         for record in records {
             text += "#\(record.sequence)  \(TextTable.timestamp(record.timestamp))  pid \(record.processID)\n"
             text += TextTable.render(record.changes.map(changeRow), indent: "    ")
+            // Only `declare` logs a record without value changes (see `describe`).
+            if record.changes.isEmpty { text += "    (no value changes: key declarations)\n" }
         }
         console.print(text)
     }

@@ -8,26 +8,39 @@ import PersistentDefaults
 #endif
 
 /// A key's name with its typed value: `{"name":"launchCount","type":"int","value":3}`.
+/// With `isDefault`, the value is the key's declared default (the key is not stored):
+/// `"default": true` is added.
 struct NamedValue: Encodable {
     var name: String
     var value: StoredValue
+    var isDefault: Bool?
 
     private enum CodingKeys: String, CodingKey {
         case name
+        case isDefault = "default"
     }
 
     func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(name, forKey: .name)
+        try container.encodeIfPresent(isDefault, forKey: .isDefault)
         try TypedValue(value).encode(to: encoder)
     }
 }
 
-/// One row of `keys --json`.
+/// One row of `keys --json`; with `--all`, a declared key that is not stored has `stored: false`,
+/// its declared type, no size and its default.
 private struct KeyInfo: Encodable {
     var name: String
     var type: String
-    var size: Int
+    var size: Int?
+    var stored: Bool?
+    var defaultValue: TypedValue?
+
+    private enum CodingKeys: String, CodingKey {
+        case name, type, size, stored
+        case defaultValue = "default"
+    }
 }
 
 extension StoredEntry {
@@ -51,28 +64,63 @@ extension StoredEntry {
 }
 
 extension Runner {
-    func keys(_ store: PersistentDefaults, prefix: String, format: OutputFormat) throws {
+    func keys(_ store: PersistentDefaults, prefix: String, all: Bool, format: OutputFormat) throws {
         let entries = try store.storedEntries(prefix: prefix)
+        // By the names' bytes: a key name is its bytes.
+        let stored = Set(entries.map { Array($0.name.utf8) })
+        let unstored = try all ? store.declarations() : []
+        let unstoredDeclared = unstored.filter {
+            $0.name.utf8.starts(with: prefix.utf8) && !stored.contains(Array($0.name.utf8))
+        }
+        // One list sorted by the names' bytes, as the store sorts them.
+        var rows: [(name: String, info: KeyInfo, note: String)] = entries.map {
+            ($0.name, KeyInfo(name: $0.name, type: $0.typeName, size: $0.encodedValue.count), "")
+        }
+        for declaration in unstoredDeclared {
+            let value = try? declaration.defaultValue()
+            rows.append(
+                (
+                    declaration.name,
+                    KeyInfo(
+                        name: declaration.name, type: declaration.typeName, stored: false,
+                        defaultValue: value.map(TypedValue.init)),
+                    "(default \(value.map { TextTable.cell($0.description) } ?? "undecodable"), not stored)"
+                ))
+        }
+        rows.sort { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
         if format == .json {
-            try printJSON(entries.map { KeyInfo(name: $0.name, type: $0.typeName, size: $0.encodedValue.count) })
+            try printJSON(rows.map(\.info))
             return
         }
-        guard !entries.isEmpty else {
+        guard !rows.isEmpty else {
             console.print(prefix.isEmpty ? "(no keys)\n" : "(no keys starting with \"\(prefix)\")\n")
             return
         }
-        let rows = entries.map { [TextTable.cell($0.name), $0.typeName, "\($0.encodedValue.count)"] }
-        console.print(TextTable.render([["NAME", "TYPE", "SIZE"]] + rows))
+        let lines = rows.map { row in
+            [TextTable.cell(row.name), row.info.type, row.info.size.map { "\($0)" } ?? "-"]
+                + (unstoredDeclared.isEmpty ? [] : [row.note])
+        }
+        let heading = ["NAME", "TYPE", "SIZE"] + (unstoredDeclared.isEmpty ? [] : [""])
+        // Without a note, the empty last column would leave padding at the ends of lines.
+        let text = TextTable.render([heading] + lines).split(separator: "\n", omittingEmptySubsequences: false)
+        console.print(text.map { String($0.reversed().drop { $0 == " " }.reversed()) }.joined(separator: "\n"))
     }
 
     func get(_ store: PersistentDefaults, key: String, format: OutputFormat) throws {
-        guard let value = try store.storedValue(named: key) else {
+        let (stored, declaration) = try store.read { snapshot in
+            (try snapshot.storedValue(named: key), try snapshot.declaration(named: key))
+        }
+        guard let value = try stored ?? declaration.map({ try $0.defaultValue() }) else {
             throw CommandFailure(.failure, "key \"\(key)\" is absent")
         }
+        let isDefault = stored == nil
         if format == .json {
-            try printJSON(NamedValue(name: key, value: value))
+            try printJSON(NamedValue(name: key, value: value, isDefault: isDefault ? true : nil))
         } else {
             console.print(value.description + "\n")
+        }
+        if isDefault {
+            console.report("key \"\(key)\" is not stored; printed its declared default")
         }
     }
 
@@ -131,11 +179,13 @@ extension Runner {
         }
     }
 
-    func importDocument(_ document: ExportDocument, into store: PersistentDefaults, replace: Bool) throws {
+    func importDocument(_ document: ExportDocument, into store: PersistentDefaults, replace: Bool, force: Bool) throws {
         let names = document.keys.keys.sorted()
         let removed = try store.write { transaction in
             for name in names {
-                try transaction.setStoredValue(document.keys[name]!.value, named: name)
+                let value = document.keys[name]!.value
+                if !force { try Self.checkDeclaredType(of: value, named: name, in: transaction) }
+                try transaction.setStoredValue(value, named: name)
             }
             guard replace else { return 0 }
             // By the names' bytes: a stored NFD name is not the document's NFC name.
@@ -145,6 +195,18 @@ extension Runner {
             return stale.count
         }
         console.print("imported \(names.count) keys" + (replace ? ", removed \(removed)" : "") + "\n")
+    }
+
+    /// Throws a usage failure naming the declared type when `name` is declared
+    /// (`PersistentDefaults.declare`) with a type other than `value`'s; `null` fits an optional.
+    static func checkDeclaredType(of value: StoredValue, named name: String, in transaction: WriteTransaction) throws {
+        guard let declaration = try transaction.declaration(named: name),
+            value.tag != declaration.type, !(value == .null && declaration.isOptional)
+        else { return }
+        throw CommandFailure(
+            .usage,
+            "key \"\(name)\" is declared as \(declaration.typeName), not \(value.tag); nothing was written "
+                + "(--force stores it anyway)")
     }
 
     /// The name already in `keys` that `String` equality takes for `name` though its UTF-8 bytes

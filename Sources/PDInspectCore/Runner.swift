@@ -40,12 +40,17 @@ public struct Runner: Sendable {
         switch command {
         case .help(let verb):
             console.print(verb.map(HelpText.help(for:)) ?? HelpText.overview)
-        case .keys(let database, let prefix, let format):
-            try keys(try open(database), prefix: prefix, format: format)
+        case .keys(let database, let prefix, let all, let format):
+            try keys(try open(database), prefix: prefix, all: all, format: format)
         case .get(let database, let key, let format):
             try get(try open(database), key: key, format: format)
-        case .set(let database, let key, let value):
-            try open(database, readOnly: false).setStoredValue(value, named: key)
+        case .describe(let database, let key, let format):
+            try describe(try open(database), key: key, format: format)
+        case .set(let database, let key, let value, let force):
+            try open(database, readOnly: false).write { transaction in
+                if !force { try Self.checkDeclaredType(of: value, named: key, in: transaction) }
+                try transaction.setStoredValue(value, named: key)
+            }
         case .delete(let database, let key):
             guard try open(database, readOnly: false).removeValue(named: key) else {
                 throw CommandFailure(.failure, "key \"\(key)\" is absent")
@@ -54,9 +59,9 @@ public struct Runner: Sendable {
             try dump(try open(database), format: format)
         case .export(let database, let file):
             try export(try open(database), to: file)
-        case .import(let database, let file, let replace):
+        case .import(let database, let file, let replace, let force):
             let document = try ExportDocument.parse(try readInput(file))
-            try importDocument(document, into: try open(database, readOnly: false), replace: replace)
+            try importDocument(document, into: try open(database, readOnly: false), replace: replace, force: force)
         case .stat(let database, let format):
             try stat(try open(database), format: format)
         case .log(let database, let range, let follow, let format):

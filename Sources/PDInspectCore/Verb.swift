@@ -1,9 +1,11 @@
 /// The verbs `pdinspect` understands, with the help text of each.
 public enum Verb: String, Sendable, CaseIterable {
-    /// `keys DB [--prefix P]`
+    /// `keys DB [--prefix P] [--all]`
     case keys
     /// `get DB KEY`
     case get
+    /// `describe DB KEY`
+    case describe
     /// `set DB KEY VALUE --type T`
     case set
     /// `delete DB KEY`
@@ -30,13 +32,14 @@ public enum Verb: String, Sendable, CaseIterable {
     /// The arguments after the verb, as the help prints them.
     public var synopsis: String {
         switch self {
-        case .keys: "DB [--prefix P] [--json]"
+        case .keys: "DB [--prefix P] [--all] [--json]"
         case .get: "DB KEY [--json]"
-        case .set: "DB KEY VALUE --type T"
+        case .describe: "DB KEY [--json]"
+        case .set: "DB KEY VALUE --type T [--force]"
         case .delete: "DB KEY"
         case .dump: "DB [--json]"
         case .export: "DB FILE"
-        case .import: "DB FILE [--replace]"
+        case .import: "DB FILE [--replace] [--force]"
         case .stat: "DB [--json]"
         case .log: "DB [--since N] [--limit N] [--follow] [--json]"
         case .watch: "DB [KEY...] [--since N] [--json]"
@@ -49,8 +52,9 @@ public enum Verb: String, Sendable, CaseIterable {
     /// One line saying what the verb does.
     public var summary: String {
         switch self {
-        case .keys: "name, type and size of each stored key"
-        case .get: "the decoded value of KEY (exit 1 if absent)"
+        case .keys: "name, type and size of each stored key; with --all also declared keys not stored"
+        case .get: "the decoded value of KEY, or its declared default (exit 1 if neither)"
+        case .describe: "KEY's declared type, default and summary, its value and its last logged change"
         case .set: "store VALUE under KEY as type T, in one logged transaction"
         case .delete: "remove KEY (exit 1 if absent)"
         case .dump: "every key with its decoded value"
@@ -79,17 +83,23 @@ public enum Verb: String, Sendable, CaseIterable {
         let since = OptionSpec("--since", value: "N", help: "start after commit sequence number N")
         let maxEvents = OptionSpec("--max-events", value: "N", help: "stop after printing N events")
         let timeout = OptionSpec("--timeout", value: "SECONDS", help: "stop after SECONDS")
+        let force = OptionSpec("--force", help: "store a value even when its type is not the key's declared type")
         switch self {
-        case .keys: return [OptionSpec("--prefix", value: "P", help: "only keys whose name starts with P"), json]
-        case .get, .dump, .stat, .check, .compact: return [json]
+        case .keys:
+            return [
+                OptionSpec("--prefix", value: "P", help: "only keys whose name starts with P"),
+                OptionSpec("--all", help: "also list declared keys that are not stored, with their default"), json,
+            ]
+        case .get, .describe, .dump, .stat, .check, .compact: return [json]
         case .set:
             return [
                 OptionSpec(
                     "--type", value: "T",
-                    help: "the value's type: " + ValueType.allCases.map(\.rawValue).joined(separator: ", "))
+                    help: "the value's type: " + ValueType.allCases.map(\.rawValue).joined(separator: ", ")),
+                force,
             ]
         case .delete, .export: return []
-        case .import: return [OptionSpec("--replace", help: "also remove the keys that FILE does not list")]
+        case .import: return [OptionSpec("--replace", help: "also remove the keys that FILE does not list"), force]
         case .log:
             return [
                 OptionSpec("--since", value: "N", help: "records after sequence number N (default: all)"),
@@ -106,13 +116,27 @@ public enum Verb: String, Sendable, CaseIterable {
     var details: String {
         switch self {
         case .get:
-            "Prints strings raw, data as <hex>, dates in ISO 8601. With --json: {\"name\",\"type\",\"value\"}."
+            """
+            Prints strings raw, data as <hex>, dates in ISO 8601. With --json: {"name","type","value"}.
+            A key that is not stored but declared (PersistentDefaults.declare) prints its declared
+            default, says so on standard error and exits 0; with --json "default": true is added.
+            """
+        case .describe:
+            """
+            Shows what the code declared (type, default, summary, the commit that declared it), the
+            stored value, and the newest commit-log record that changed KEY (sequence, time, pid),
+            if the log still holds one. Exit 1 if KEY is neither stored nor declared.
+            """
+        case .keys:
+            "With --all, a declared key that is not stored is listed with its declared type and \"(default …)\"."
         case .set:
             """
             VALUE by type: bool true|false|yes|no|1|0; int and uint decimal; double a decimal or
             inf/-inf/nan; string as given; date ISO 8601 (2026-01-31T12:00:00Z) or seconds since
             1970; data hex (0a1b2c, optionally <0a 1b 2c>); json any JSON text; url; uuid.
             Example: pdinspect set ~/settings launchCount 3 --type int
+            A key declared by the code (PersistentDefaults.declare) takes only its declared type: another
+            type exits 2 naming the declared one, unless --force. A value larger than 64 MiB exits 2.
             """
         case .export:
             """
@@ -121,7 +145,10 @@ public enum Verb: String, Sendable, CaseIterable {
             seconds since 1970, json values are embedded as JSON.
             """
         case .import:
-            "The whole file is validated first; a malformed file changes nothing."
+            """
+            The whole file is validated first; a malformed file changes nothing. So does a value whose
+            type is not its key's declared type (unless --force) or that is larger than 64 MiB.
+            """
         case .log, .watch:
             """
             --max-events and --timeout make the command stop by itself (for scripts and tests);

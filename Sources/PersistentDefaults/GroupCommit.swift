@@ -17,9 +17,9 @@ import Foundation
 /// of the batch then asks the registry to deliver (one of them, or a thread already delivering,
 /// does it, in commit order), and returns.
 ///
-/// A request whose own input is wrong (a bad key name, a value that cannot be encoded) fails
-/// alone: it is validated before it joins, and an error of that kind inside the batch fails
-/// only its request. An LMDB or I/O failure of the transaction fails every request in it. A
+/// A request whose own input is wrong (a bad key name, a value that cannot be encoded or is
+/// larger than `Options.maxValueSize`) fails alone: it is validated before it joins, and an
+/// error of that kind inside the batch fails only its request. An LMDB or I/O failure of the transaction fails every request in it. A
 /// thread that writes while it leads (a key hook writing the store) writes directly.
 ///
 /// The locks are Foundation's (`NSLock`, `NSCondition`, both `pthread` based) rather than
@@ -173,7 +173,7 @@ extension PersistentDefaultsError {
     /// request of a group-committed batch (it is thrown before the request writes anything).
     var concernsOnlyItsRequest: Bool {
         switch self {
-        case .invalidKeyName, .encodingFailed, .decodingFailed: true
+        case .invalidKeyName, .encodingFailed, .decodingFailed, .valueTooLarge: true
         default: false
         }
     }

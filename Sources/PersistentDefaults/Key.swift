@@ -43,6 +43,13 @@ extension PersistentDefaults {
         func validate() throws(PersistentDefaultsError) {
             if let nameError { throw nameError }
         }
+
+        /// What a declaration records of the key's value type: the stored tag, whether `null`
+        /// is a value, and the encoded default. Every key a caller can make is a `Key<Value>`,
+        /// which overrides this; the untyped base has no type to declare.
+        func declaredForm() throws -> DeclaredForm {
+            throw PersistentDefaultsError.invalidDeclaration(key: name, reason: "the key has no value type")
+        }
     }
 
     /// A typed key: a name, a value type and the value read when nothing is stored.
@@ -84,6 +91,17 @@ extension PersistentDefaults {
             self.shouldOverwrite = shouldOverwrite
             isEqual = equality(of: Value.self)
             super.init(name: name)
+        }
+
+        override func declaredForm() throws -> DeclaredForm {
+            let encoded: [UInt8]
+            do {
+                encoded = try codec.encode(defaultValue)
+            } catch {
+                throw PersistentDefaultsError.encodingFailed(
+                    key: name, type: "\(Value.self)", reason: "the default: \(error.description)")
+            }
+            return DeclaredForm(type: codec.storedTag, isOptional: codec.isOptional, encodedDefault: encoded)
         }
 
         /// Creates a key for any `Codable` value.

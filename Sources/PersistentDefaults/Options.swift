@@ -8,6 +8,7 @@ extension PersistentDefaults {
     /// options.durability = .bounded(interval: .milliseconds(200))
     /// options.logRetention = 1_000
     /// options.logRetentionBytes = 1 << 20
+    /// options.maxValueSize = 1 << 20
     /// let store = try PersistentDefaults(path: dir, options: options)
     /// ```
     public struct Options: Sendable {
@@ -27,6 +28,21 @@ extension PersistentDefaults {
         /// about 1 MiB, so ``logRetention`` governs them), while a stream of large values keeps
         /// only a few MiB of history instead of growing the file by every value written.
         public var logRetentionBytes = 4 << 20
+        /// The largest value a write may store, in bytes of its encoded form (the type tag and
+        /// the payload, as `pdinspect keys` shows the size). A larger value is refused with
+        /// ``PersistentDefaultsError/valueTooLarge(key:size:limit:)`` before anything is written;
+        /// in ``PersistentDefaults/write(_:)`` the whole transaction throws. Values already stored
+        /// (by another process or an older version) are still read. At least 1.
+        ///
+        /// Default 64 MiB: the values of tens of megabytes that the store handles keep working,
+        /// while a runaway value (a log appended to a setting, an image by mistake) is stopped
+        /// before it grows the map and, through the commit log, the file.
+        ///
+        /// ```swift
+        /// var options = PersistentDefaults.Options()
+        /// options.maxValueSize = 1 << 20      // settings here are small: refuse anything over 1 MiB
+        /// ```
+        public var maxValueSize = 64 << 20
         /// Reader slots in the lock file (`mdb_env_set_maxreaders`), at least 1. Default 126,
         /// LMDB's default. Only the process that creates the lock file sets it.
         public var maxReaders = 126

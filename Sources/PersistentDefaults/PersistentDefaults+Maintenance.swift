@@ -72,8 +72,9 @@ extension PersistentDefaults {
         try core.environment.copy(to: destination, compact: compact)
     }
 
-    /// Checks the whole store: every value decodes, every log record decodes, the log's
-    /// sequence numbers have no gaps, and each key's newest logged change matches the data.
+    /// Checks the whole store: every value decodes (as its key's declared type, for a declared
+    /// key), every declaration and log record decodes, the log's sequence numbers have no gaps,
+    /// and each key's newest logged change matches the data.
     /// Returns one line per problem; an empty array means the store is consistent.
     public func verify() throws -> [String] {
         try core.environment.withRead { transaction in
@@ -92,6 +93,19 @@ extension PersistentDefaults {
                 }
                 current[Array(name.utf8)] = Array(value)
                 return true
+            }
+            // A stored value must decode as its key's declared type (`declare`).
+            try core.forEachDeclaration(in: transaction) { result in
+                switch result {
+                case .failure(let error):
+                    problems.append(error.description)
+                case .success(let declaration):
+                    guard let bytes = current[Array(declaration.name.utf8)],
+                        let value = try? StoredValue(bytes: bytes),  // Reported above when it does not decode.
+                        let mismatch = declaration.mismatch(of: value)
+                    else { return }
+                    problems.append("value of \"\(declaration.name)\": \(mismatch)")
+                }
             }
             var newest: [[UInt8]: (name: String, value: [UInt8]?)] = [:]
             var previous: UInt64?

@@ -25,8 +25,13 @@ public final class PersistentDefaults: Sendable {
     /// ``PersistentDefaultsError/unsupportedFormatVersion(found:supported:)`` for a store written
     /// by a newer version, and ``PersistentDefaultsError/optionsConflict(path:reason:)`` when the
     /// store is already open in this process with another durability or as read-only.
-    public init(path: String, options: Options = Options()) throws {
-        core = try StoreRegistry.acquire(path: path, options: options)
+    public convenience init(path: String, options: Options = Options()) throws {
+        try self.init(path: path, options: options, temporary: false)
+    }
+
+    /// Opens the store; a `temporary` one's directory is removed when its last handle goes.
+    init(path: String, options: Options, temporary: Bool) throws {
+        core = try StoreRegistry.acquire(path: path, options: options, temporary: temporary)
         isReadOnly = options.readOnly
     }
 
@@ -136,6 +141,8 @@ public final class PersistentDefaults: Sendable {
     public func set<Value>(_ value: Value, for key: Key<Value>) throws {
         try key.validate()
         let encoded = try core.encode(value, for: key)
+        // Before joining a group commit: a value over the limit must fail this call only.
+        try core.checkSize(encoded, of: key.name)
         try writeOne(sizeHint: encoded.count) { try $0.set(value, encoded: encoded, for: key) }
     }
 

@@ -32,6 +32,11 @@ public enum PersistentDefaultsError: Error, Sendable, Equatable, CustomStringCon
     case optionsConflict(path: String, reason: String)
     /// A commit-log record is malformed.
     case corruptLogRecord(sequence: UInt64, reason: String)
+    /// A value of `key` encodes to `size` bytes (type tag and payload), more than the store's
+    /// ``PersistentDefaults/Options/maxValueSize`` (`limit`); nothing was written.
+    case valueTooLarge(key: String, size: Int, limit: Int)
+    /// A key cannot be declared as asked (`PersistentDefaults.declare`): `reason` says why.
+    case invalidDeclaration(key: String, reason: String)
 
     /// The LMDB code, when the error came from LMDB or the file system.
     public var code: LMDBResultCode? {
@@ -67,6 +72,11 @@ public enum PersistentDefaultsError: Error, Sendable, Equatable, CustomStringCon
             "store \(path) is already open in this process with other options: \(reason)"
         case .corruptLogRecord(let sequence, let reason):
             "commit log record \(sequence) is malformed: \(reason)"
+        case .valueTooLarge(let key, let size, let limit):
+            "value of key \"\(key)\" is \(size) bytes, over the limit of \(limit) bytes (Options.maxValueSize); "
+                + "nothing was written"
+        case .invalidDeclaration(let key, let reason):
+            "key \"\(key)\" cannot be declared: \(reason)"
         }
     }
 }

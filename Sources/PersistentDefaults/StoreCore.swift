@@ -29,6 +29,8 @@ final class StoreCore: Sendable {
     let environment: Environment
     let databases: Databases
     let reporter: ErrorReporter
+    /// `options.maxValueSize`, at least 1, read on every write.
+    let maxValueSize: Int
     private let flusher: Flusher?
     /// Coalesces concurrent single-key writes in `.sync` mode.
     let groupCommit = GroupCommit()
@@ -38,10 +40,15 @@ final class StoreCore: Sendable {
     /// name's UTF-8 bytes (a key name is its bytes; `String` equality would merge NFC and NFD).
     let trackers = Locked<[[UInt8]: KeyTracker]>([:])
 
-    init(path: String, options: PersistentDefaults.Options) throws {
+    /// Whether the store's directory is removed when it closes (a temporary store).
+    let isTemporary: Bool
+
+    init(path: String, options: PersistentDefaults.Options, temporary: Bool = false) throws {
         self.path = path
+        isTemporary = temporary
         self.options = options
         reporter = ErrorReporter(handler: options.errorHandler)
+        maxValueSize = max(options.maxValueSize, 1)
         let files = try StoreFiles.prepare(path: path, readOnly: options.readOnly)
         let noSync: Bool =
             if case .bounded = options.durability { true } else { false }
@@ -69,6 +76,7 @@ final class StoreCore: Sendable {
         observers.close()
         flusher?.stop()
         environment.close()
+        if isTemporary { TemporaryStores.remove(path) }
     }
 
     private static func openDatabases(_ environment: Environment, path: String, readOnly: Bool) throws -> Databases {
@@ -388,6 +396,13 @@ extension StoreCore {
         } catch {
             throw .encodingFailed(key: key.name, type: "\(Value.self)", reason: error.description)
         }
+    }
+
+    /// Throws ``PersistentDefaultsError/valueTooLarge(key:size:limit:)`` when `encoded` is larger
+    /// than ``PersistentDefaults/Options/maxValueSize``.
+    @inline(__always)
+    func checkSize(_ encoded: [UInt8], of name: String) throws(PersistentDefaultsError) {
+        if encoded.count > maxValueSize { throw .valueTooLarge(key: name, size: encoded.count, limit: maxValueSize) }
     }
 
     /// The stored value of `name`, untyped; nil when absent.

@@ -14,7 +14,12 @@ enum StoreRegistry {
 
     private static let stores = Locked<[String: Entry]>([:])
 
-    static func acquire(path: String, options: PersistentDefaults.Options) throws -> StoreCore {
+    /// A handle of the store at `path`, opening it unless it is open in this process. With
+    /// `temporary`, the directory is removed when the last handle goes (see
+    /// ``PersistentDefaults/temporary(options:)``).
+    static func acquire(path: String, options: PersistentDefaults.Options, temporary: Bool = false) throws
+        -> StoreCore
+    {
         try stores.withLock { stores in
             let key = try StoreFiles.canonicalPath(path, creating: !options.readOnly)
             if var entry = stores[key] {
@@ -31,7 +36,7 @@ enum StoreRegistry {
                 stores[key] = entry
                 return entry.core
             }
-            let core = try StoreCore(path: key, options: options)
+            let core = try StoreCore(path: key, options: options, temporary: temporary)
             stores[key] = Entry(core: core, handles: 1)
             return core
         }

@@ -13,6 +13,10 @@ struct ValueCodec<Value>: @unchecked Sendable {
     let encode: (Value) throws(StoredValueError) -> [UInt8]
     /// Decodes tag and payload.
     let decode: (UnsafeRawBufferPointer) throws(StoredValueError) -> Value
+    /// The tag a non-nil value is stored with: what a declaration records as the key's type.
+    let storedTag: StoredValue.Tag
+    /// Whether the type is optional, so that an explicit `null` (tag `0x00`) decodes.
+    var isOptional = false
 
     /// Decodes copied bytes.
     func decode(_ bytes: [UInt8]) throws(StoredValueError) -> Value {
@@ -35,7 +39,7 @@ struct ValueCodec<Value>: @unchecked Sendable {
                 do { return try fromStored(stored) } catch let error as StoredValueError {
                     throw error
                 } catch { throw StoredValueError("conversion failed: \(error)") }
-            })
+            }, storedTag: storedTag, isOptional: isOptional)
     }
 }
 
@@ -78,7 +82,7 @@ extension ValueCodec where Value: Codable {
                     let tag = StoredValue.Tag(rawValue: bytes[0]).map { "\($0)" } ?? "?"
                     throw StoredValueError("stored \(tag) does not decode as \(Value.self): \(Self.reason(error))")
                 }
-            })
+            }, storedTag: .json)
     }
 
     private static func reason(_ error: any Error) -> String {
@@ -113,7 +117,7 @@ extension ValueCodec {
             decode: { (bytes) throws(StoredValueError) in
                 if bytes.count == 1, bytes[0] == StoredValue.Tag.null.rawValue { return nil }
                 return try base.decode(bytes)
-            })
+            }, storedTag: base.storedTag, isOptional: true)
         return codec as? ValueCodec<Value>
     }
 
@@ -133,7 +137,7 @@ extension ValueCodec {
                     throw StoredValueError("\(raw) is not a raw value of \(R.self)")
                 }
                 return value
-            })
+            }, storedTag: base.storedTag)
         return codec as? ValueCodec<Value>
     }
 }
@@ -143,7 +147,8 @@ extension ValueCodec where Value: PrimitiveStorable {
     static func primitive() -> ValueCodec<Value> {
         ValueCodec(
             encode: { (value) throws(StoredValueError) in try value.storedValue().bytes },
-            decode: { (bytes) throws(StoredValueError) in try Value(stored: try StoredValue(bytes: bytes)) })
+            decode: { (bytes) throws(StoredValueError) in try Value(stored: try StoredValue(bytes: bytes)) },
+            storedTag: Value.storedTag)
     }
 }
 
@@ -167,6 +172,8 @@ extension Optional: OptionalProtocol {}
 
 /// A type with its own tag in the on-disk format.
 protocol PrimitiveStorable {
+    /// The tag values of this type are stored with.
+    static var storedTag: StoredValue.Tag { get }
     /// The value to store.
     func storedValue() throws(StoredValueError) -> StoredValue
     /// Reads a stored value, converting between numeric tags when no information is lost.
@@ -180,6 +187,7 @@ extension PrimitiveStorable {
 }
 
 extension Bool: PrimitiveStorable {
+    static var storedTag: StoredValue.Tag { .bool }
     func storedValue() -> StoredValue { .bool(self) }
     init(stored: StoredValue) throws(StoredValueError) {
         guard case .bool(let value) = stored else { throw Self.mismatch(stored) }
@@ -191,6 +199,8 @@ extension Bool: PrimitiveStorable {
 protocol IntegerStorable: PrimitiveStorable, FixedWidthInteger {}
 
 extension IntegerStorable {
+    static var storedTag: StoredValue.Tag { isSigned ? .int : .uint }
+
     init(stored: StoredValue) throws(StoredValueError) {
         let converted: Self? =
             switch stored {
@@ -223,6 +233,8 @@ extension UInt64: IntegerStorable {}
 protocol FloatingStorable: PrimitiveStorable, BinaryFloatingPoint {}
 
 extension FloatingStorable {
+    static var storedTag: StoredValue.Tag { .double }
+
     init(stored: StoredValue) throws(StoredValueError) {
         switch stored {
         case .double(let value): self = Self(value)
@@ -239,6 +251,7 @@ extension Double: FloatingStorable {}
 extension Float: FloatingStorable {}
 
 extension String: PrimitiveStorable {
+    static var storedTag: StoredValue.Tag { .string }
     func storedValue() -> StoredValue { .string(self) }
     init(stored: StoredValue) throws(StoredValueError) {
         guard case .string(let value) = stored else { throw Self.mismatch(stored) }
@@ -247,6 +260,7 @@ extension String: PrimitiveStorable {
 }
 
 extension Data: PrimitiveStorable {
+    static var storedTag: StoredValue.Tag { .data }
     func storedValue() -> StoredValue { .data(self) }
     init(stored: StoredValue) throws(StoredValueError) {
         guard case .data(let value) = stored else { throw Self.mismatch(stored) }
@@ -255,6 +269,7 @@ extension Data: PrimitiveStorable {
 }
 
 extension Date: PrimitiveStorable {
+    static var storedTag: StoredValue.Tag { .date }
     func storedValue() -> StoredValue { .date(self) }
     init(stored: StoredValue) throws(StoredValueError) {
         switch stored {
@@ -266,6 +281,7 @@ extension Date: PrimitiveStorable {
 }
 
 extension URL: PrimitiveStorable {
+    static var storedTag: StoredValue.Tag { .url }
     func storedValue() -> StoredValue { .url(self) }
     init(stored: StoredValue) throws(StoredValueError) {
         switch stored {
@@ -279,6 +295,7 @@ extension URL: PrimitiveStorable {
 }
 
 extension UUID: PrimitiveStorable {
+    static var storedTag: StoredValue.Tag { .uuid }
     func storedValue() -> StoredValue { .uuid(self) }
     init(stored: StoredValue) throws(StoredValueError) {
         switch stored {

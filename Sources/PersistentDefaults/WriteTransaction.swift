@@ -22,6 +22,9 @@ public final class WriteTransaction {
     private var touched: [[UInt8]: (name: String, old: [UInt8]?, new: [UInt8]?)] = [:]
     /// The touched names' bytes, in the order first touched.
     private var order: [[UInt8]] = []
+    /// Log a record even when no value changed: the transaction changed what the log must
+    /// account for, such as key declarations in `meta`.
+    var logsWithoutValueChanges = false
 
     init(core: StoreCore, transaction: Transaction) {
         self.core = core
@@ -45,7 +48,7 @@ public final class WriteTransaction {
             guard let entry = touched[nameBytes], entry.old != entry.new else { return nil }
             return CommitRecord.Change(key: entry.name, encodedValue: entry.new)
         }
-        guard !changes.isEmpty else { return nil }
+        guard !changes.isEmpty || logsWithoutValueChanges else { return nil }
         return try core.appendLog(changes, in: transaction)
     }
 
@@ -192,8 +195,10 @@ public final class WriteTransaction {
         return (current, current)
     }
 
-    /// Writes `bytes` (nil removes) unless they equal what the transaction already holds.
+    /// Writes `bytes` (nil removes) unless they equal what the transaction already holds; every
+    /// write of a value goes through here, so the size limit is checked here.
     func replace(_ key: PersistentDefaults.Keys, with bytes: [UInt8]?, in transaction: Transaction) throws {
+        if let bytes { try core.checkSize(bytes, of: key.name) }
         guard bytes != (try self.bytes(of: key, in: transaction)).new else { return }
         try key.nameBytes.withUnsafeBytes { name in
             if let bytes {
@@ -230,7 +235,7 @@ public final class Snapshot {
 
     func invalidate() { isValid = false }
 
-    private func live() throws -> Transaction {
+    func live() throws -> Transaction {
         guard isValid else {
             throw PersistentDefaultsError.lmdb(
                 code: .badTransaction, operation: "use a Snapshot after its closure returned")

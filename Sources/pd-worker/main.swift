@@ -26,6 +26,11 @@ import PersistentDefaults
 //                                          interval, sets "k" to 1…COUNT and returns from main
 //                                          without releasing it: only the exit can sync
 //
+//   pd-worker temporary-standard           makes a temporary store the standard store (the README's
+//                                          recipe), sets "k" through `standard`, prints the path and
+//                                          returns from main without releasing it: only the exit
+//                                          handler can remove the directory
+//
 //   pd-worker map-under-limit DIR          reads the Int "answer", lowers RLIMIT_AS to the address
 //                                          space in use + 32 MiB, prints "limited", then reads
 //                                          "answer" every millisecond until a read fails (another
@@ -100,6 +105,13 @@ func run(_ arguments: [String]) -> ExitCode {
             try PersistentDefaults.configureStandard(path: arguments[1], options: bounded)
             let key = PersistentDefaults.Key<Int>("k", default: 0)
             for value in 1...max(count, 1) { try PersistentDefaults.standard.set(value, for: key) }
+        case ("temporary-standard", 1):
+            let temporary = try PersistentDefaults.temporary()
+            try PersistentDefaults.configureStandard(path: temporary.path, options: temporary.options)
+            let standard = try PersistentDefaults.openStandard()
+            try standard.set(1, for: PersistentDefaults.Key<Int>("k", default: 0))
+            guard standard.isTemporary, standard.path == temporary.path else { return .failure }
+            say(standard.path)
         case ("map-under-limit", 2):
             return mapUnderLimit(path: arguments[1])
         case ("watch", 4...):

@@ -34,6 +34,18 @@ struct CommandParserTests {
             arguments: ["keys", "db", "--prefix", "window.", "--json"],
             expected: .keys(database: "db", prefix: "window.", format: .json)),
         .init(arguments: ["keys", "--prefix=a", "db"], expected: .keys(database: "db", prefix: "a", format: .human)),
+        .init(
+            arguments: ["keys", "db", "--all", "--prefix", "w"],
+            expected: .keys(database: "db", prefix: "w", all: true, format: .human)),
+        .init(arguments: ["describe", "db", "k"], expected: .describe(database: "db", key: "k", format: .human)),
+        .init(
+            arguments: ["describe", "db", "k", "--json"], expected: .describe(database: "db", key: "k", format: .json)),
+        .init(
+            arguments: ["set", "db", "n", "5", "--type", "int", "--force"],
+            expected: .set(database: "db", key: "n", value: .int(5), force: true)),
+        .init(
+            arguments: ["import", "db", "in.json", "--force"],
+            expected: .import(database: "db", file: "in.json", replace: false, force: true)),
         .init(arguments: ["get", "db", "k"], expected: .get(database: "db", key: "k", format: .human)),
         .init(arguments: ["get", "db", "k", "--json"], expected: .get(database: "db", key: "k", format: .json)),
         .init(arguments: ["get", "db", "--", "--odd"], expected: .get(database: "db", key: "--odd", format: .human)),
@@ -155,6 +167,13 @@ struct CommandParserTests {
         .init(
             arguments: ["set", "db", "k", "1", "--type", "int", "--json"], message: "unknown option '--json' for set"),
         .init(arguments: ["delete", "db", "k", "--json"], message: "delete takes no options"),
+        .init(arguments: ["describe", "db"], message: "missing KEY"),
+        .init(arguments: ["describe", "db", ""], message: "a key name must not be empty"),
+        .init(arguments: ["describe", "db", "k", "--all"], message: "unknown option '--all' for describe"),
+        .init(arguments: ["get", "db", "k", "--all"], message: "unknown option '--all' for get"),
+        .init(arguments: ["keys", "db", "--al"], message: "did you mean '--all'?"),
+        .init(arguments: ["set", "db", "k", "1", "--type", "int", "--force=yes"], message: "--force takes no value"),
+        .init(arguments: ["set", "db", "k", "1", "--type", "int", "--forse"], message: "did you mean '--force'?"),
         .init(arguments: ["export", "db"], message: "missing FILE"),
         .init(arguments: ["import", "db", "f", "--replace=1"], message: "--replace takes no value"),
         .init(arguments: ["log", "db", "--since", "-1"], message: "--since needs a sequence number"),

@@ -15,8 +15,8 @@ struct VerbTests {
         let overview = try pdinspect("--help")
         #expect(overview.status == 0)
         for verb in [
-            "keys", "get", "set", "delete", "dump", "export", "import", "stat", "log", "watch", "check", "compact",
-            "readers",
+            "keys", "get", "describe", "set", "delete", "dump", "export", "import", "stat", "log", "watch", "check",
+            "compact", "readers",
         ] {
             #expect(overview.stdout.contains("\n  \(verb) DB"), "\(verb) missing from --help")
         }

@@ -1,0 +1,98 @@
+import Foundation
+import PersistentDefaults
+
+/// `describe --json`: what the code declared, the stored value, and the last logged change.
+private struct DescribeReport: Encodable {
+    struct Commit: Encodable {
+        var sequence: UInt64
+        var timestamp: String
+        var processID: Int32
+        /// For the last change: whether the key was removed.
+        var removed: Bool?
+    }
+
+    var name: String
+    var declared: Bool
+    var type: String?
+    var defaultValue: TypedValue?
+    var summary: String?
+    var declaredIn: Commit?
+    var stored: Bool
+    var value: TypedValue?
+    /// Why the stored value does not decode, or does not decode as the declared type.
+    var problem: String?
+    var lastChange: Commit?
+
+    private enum CodingKeys: String, CodingKey {
+        case name, declared, type, summary, declaredIn, stored, value, problem, lastChange
+        case defaultValue = "default"
+    }
+}
+
+extension Runner {
+    func describe(_ store: PersistentDefaults, key: String, format: OutputFormat) throws {
+        let declaration = try store.declaration(named: key)
+        // The raw bytes, so that a value that does not decode is shown instead of failing.
+        let stored = try store.storedEntries(prefix: key).first { $0.name.utf8.elementsEqual(key.utf8) }
+        guard stored != nil || declaration != nil else {
+            throw CommandFailure(.failure, "key \"\(key)\" is neither stored nor declared")
+        }
+        let value = stored.flatMap { try? $0.decoded.get() }
+        var problem = stored.flatMap { entry -> String? in
+            guard case .failure(let error) = entry.decoded else { return nil }
+            return "the stored value does not decode: \(error)"
+        }
+        if let value, let declaration, let mismatch = declaration.mismatch(of: value) { problem = mismatch }
+        let last = try store.newestCommit(changing: key)
+        let lastChange = last.map { record in
+            DescribeReport.Commit(
+                sequence: record.sequence, timestamp: TextTable.timestamp(record.timestamp),
+                processID: record.processID,
+                removed: record.changes.last { $0.key.utf8.elementsEqual(key.utf8) }?.encodedValue == nil)
+        }
+        let defaultValue = try? declaration?.defaultValue()
+        if format == .json {
+            try printJSON(
+                DescribeReport(
+                    name: key, declared: declaration != nil, type: declaration?.typeName ?? value?.tag.description,
+                    defaultValue: defaultValue.map(TypedValue.init), summary: declaration?.summary,
+                    declaredIn: declaration.map {
+                        .init(
+                            sequence: $0.sequence, timestamp: TextTable.timestamp($0.date), processID: $0.processID)
+                    },
+                    stored: stored != nil, value: value.map(TypedValue.init), problem: problem, lastChange: lastChange))
+            return
+        }
+        var rows = [["key", TextTable.cell(key)]]
+        if let declaration {
+            rows.append(["type", declaration.typeName + " (declared)"])
+            rows.append(["default", defaultValue.map { TextTable.cell($0.description) } ?? "(does not decode)"])
+            rows.append(["summary", declaration.summary.map(TextTable.cell) ?? "(none)"])
+            rows.append([
+                "declared",
+                "#\(declaration.sequence)  \(TextTable.timestamp(declaration.date))  pid \(declaration.processID)",
+            ])
+        } else {
+            rows.append(["type", (value?.tag.description ?? "invalid") + " (not declared)"])
+        }
+        if let stored {
+            rows.append([
+                "value", value.map { TextTable.cell($0.description) } ?? "(\(stored.encodedValue.count) bytes)",
+            ])
+        } else {
+            rows.append(["value", "not stored: reads give the default"])
+        }
+        if let problem { rows.append(["problem", TextTable.cell(problem)]) }
+        if let lastChange {
+            rows.append([
+                "last change",
+                "#\(lastChange.sequence)  \(lastChange.timestamp)  pid \(lastChange.processID)"
+                    + (lastChange.removed == true ? "  (removed)" : ""),
+            ])
+        } else {
+            let range = try store.statistics().logRange.map { "#\($0.lowerBound)…#\($0.upperBound)" } ?? "empty"
+            rows.append(["last change", "none in the commit log (it holds \(range))"])
+        }
+        console.print(TextTable.render(rows))
+    }
+}
