@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <errno.h>
 #include <time.h>
+#include <signal.h>
 #ifdef __linux__
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -25,6 +26,21 @@ static inline int pd_atomic_cas_u32(uint32_t *word, uint32_t expected, uint32_t 
 /// Replaces `*word` with `desired` if it holds `expected`; returns whether it did.
 static inline int pd_atomic_cas_u64(uint64_t *word, uint64_t expected, uint64_t desired) {
     return __atomic_compare_exchange_n(word, &expected, desired, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
+/// Stores `value` in the 32-bit word at `word` (sequentially consistent).
+static inline void pd_atomic_store_u32(uint32_t *word, uint32_t value) {
+    __atomic_store_n(word, value, __ATOMIC_SEQ_CST);
+}
+
+/// Stores `value` in the 64-bit word at `word` (sequentially consistent).
+static inline void pd_atomic_store_u64(uint64_t *word, uint64_t value) {
+    __atomic_store_n(word, value, __ATOMIC_SEQ_CST);
+}
+
+/// Sets the bits of `bits` in the 64-bit word at `word` (sequentially consistent).
+static inline void pd_atomic_or_u64(uint64_t *word, uint64_t bits) {
+    __atomic_fetch_or(word, bits, __ATOMIC_SEQ_CST);
 }
 
 /// Loads the 64-bit word at `word` (sequentially consistent).
@@ -63,6 +79,21 @@ static inline int pd_futex_wait(uint32_t *word, uint32_t expected, int64_t timeo
 static inline int pd_futex_wake_all(uint32_t *word) {
 #ifdef __linux__
     return (int)syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+#else
+    (void)word;
+    return 0;
+#endif
+}
+
+/// Whether the process `pid` exists (kill with signal 0; EPERM means it exists as another user's).
+static inline int pd_process_exists(int32_t pid) {
+    return kill(pid, 0) == 0 || errno == EPERM;
+}
+
+/// Wakes at most one thread waiting on `word` (FUTEX_WAKE, shared); returns how many it woke.
+static inline int pd_futex_wake_one(uint32_t *word) {
+#ifdef __linux__
+    return (int)syscall(SYS_futex, word, FUTEX_WAKE, 1, NULL, NULL, 0);
 #else
     (void)word;
     return 0;

@@ -20,11 +20,37 @@ private func changes(in child: Child) -> [WorkerChange] {
     }
 }
 
-/// The wake-up word of a store's `notify` file (offset 8, host byte order).
-private func wakeWord(_ path: String) -> UInt32? {
-    guard let bytes = fileBytes(path + "/notify"), bytes.count >= 12 else { return nil }
-    return bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: 8, as: UInt32.self) }
+/// The claimed slots of a store's `notify` file: process ID and wake-up word of each (host byte
+/// order; slots of 16 bytes from offset 64, as many as the count at offset 8 says).
+private func slots(_ path: String) -> [(processID: UInt32, word: UInt32)] {
+    guard let bytes = fileBytes(path + "/notify"), bytes.count >= 64 else { return [] }
+    return bytes.withUnsafeBytes { raw in
+        let count = Int(raw.loadUnaligned(fromByteOffset: 8, as: UInt32.self))
+        return (0..<count).compactMap { index in
+            let offset = 64 + index * 16
+            guard offset + 16 <= raw.count else { return nil }
+            let owner = raw.loadUnaligned(fromByteOffset: offset, as: UInt32.self)
+            return owner == 0 ? nil : (owner, raw.loadUnaligned(fromByteOffset: offset + 4, as: UInt32.self))
+        }
+    }
 }
+
+/// The generations of the claimed slots' words (without the sleeper bit).
+private func generations(_ path: String) -> [UInt32] { slots(path).map { $0.word & ~1 } }
+
+/// Whether `condition` holds within `timeout` seconds, checked every millisecond: for state that
+/// another process changes and announces nowhere else.
+private func eventually(timeout: Double = 10, _ condition: () -> Bool) -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while !condition() {
+        if Date() > deadline { return false }
+        usleep(1_000)
+    }
+    return true
+}
+
+/// How many claimed slots have a watcher announced as asleep.
+private func sleepers(_ path: String) -> Int { slots(path).filter { $0.word & 1 == 1 }.count }
 
 @Suite struct CrossProcessWakeTests {
     @Test func theChannelFileHasMode0600AndAReadOnlyOpenCreatesNone() throws {
@@ -35,7 +61,7 @@ private func wakeWord(_ path: String) -> UInt32? {
             var info = stat()
             #expect(stat(path + "/notify", &info) == 0)
             #expect(info.st_mode & 0o777 == 0o600)
-            #expect(info.st_size == 4096)
+            #expect(info.st_size == 16_384)
             try FileManager.default.removeItem(atPath: path + "/notify")
             var options = PersistentDefaults.Options()
             options.readOnly = true
@@ -86,7 +112,7 @@ private func wakeWord(_ path: String) -> UInt32? {
             }
             let changes = Events<KeyChange<Int>>()
             let token = store.observe(.launchCount) { changes.append($0) }
-            let before = wakeWord(path)
+            let before = generations(path)
             let script = """
                 import lmdb, sys
                 env = lmdb.open(sys.argv[1], max_dbs=8, subdir=True)
@@ -99,7 +125,7 @@ private func wakeWord(_ path: String) -> UInt32? {
             // The wait is shorter than the default interval (1 s), so the option must be in use.
             #expect(changes.wait(forCount: 1, timeout: 0.8))
             #expect(changes.all.map(\.newValue) == [5])
-            #expect(wakeWord(path).map { $0 & ~1 } == before.map { $0 & ~1 })
+            #expect(generations(path) == before)
             _ = token
         }
     }
@@ -109,19 +135,39 @@ private func wakeWord(_ path: String) -> UInt32? {
             let counter = PersistentDefaults.Key<Int>("counter", default: 0)
             let victims = try (0..<3).map { _ in try Child(["watch", path, "1000", "counter"]) }
             for victim in victims { #expect(victim.wait(for: "ready")) }
-            // Their watchers announced themselves on the word and sleep on it.
-            #expect(wakeWord(path).map { $0 & 1 } == 1)
+            // Each watcher claimed a slot, announced itself on its word and sleeps on it.
+            #expect(slots(path).count == 3)
+            #expect(eventually { sleepers(path) == 3 })
             for victim in victims { victim.kill() }
             for value in 1...50 { try store.set(value, for: counter) }
             #expect(store[counter] == 50)
-            // The first set woke nobody and cleared the waiter bit: later sets make no system call.
-            #expect(wakeWord(path).map { $0 & 1 } == 0)
+            // The first set woke nobody and cleared the sleeper bits: later sets make no system call.
+            #expect(sleepers(path) == 0)
             let survivor = try Child(["watch", path, "1", "counter"])
             #expect(survivor.wait(for: "ready"))
             try store.set(51, for: counter)
             #expect(survivor.wait(for: "done"), "\(survivor.text)")
             #expect(changes(in: survivor) == [WorkerChange(key: "counter", old: 50, new: 51, sequence: 51)])
             survivor.kill()
+        }
+    }
+
+    @Test func aProcessObservingOtherKeysIsNotWoken() throws {
+        try withTemporaryStore { store, path, _ throws in
+            let watched = PersistentDefaults.Key<Int>("watched", default: 0)
+            let busy = PersistentDefaults.Key<Int>("other", default: 0)  // another hash bit than "watched"
+            let watcher = try Child(["watch", path, "1", "watched"])
+            #expect(watcher.wait(for: "ready"))
+            #expect(eventually { sleepers(path) == 1 })
+            let before = generations(path)
+            for value in 1...50 { try store.set(value, for: busy) }
+            // No commit carried the watched key's bit: its word never moved, nobody was woken.
+            #expect(generations(path) == before)
+            #expect(sleepers(path) == 1)
+            try store.set(1, for: watched)
+            #expect(watcher.wait(for: "done"), "\(watcher.text)")
+            #expect(changes(in: watcher) == [WorkerChange(key: "watched", old: 0, new: 1, sequence: 51)])
+            watcher.kill()
         }
     }
 

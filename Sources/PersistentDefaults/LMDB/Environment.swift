@@ -94,6 +94,8 @@ final class Environment: @unchecked Sendable {
     private var writeTouched = false
     /// Whether the current write transaction appended a commit-log record.
     private var writeLogged = false
+    /// The wake-up mask of the current write transaction's changed keys (see `WakeChannel`).
+    private var writeMask: UInt64 = 0
     /// Commits of this process that changed pages but appended no log record (store creation,
     /// migrations): each advanced LMDB's transaction ID by one without a log sequence. Counted
     /// here only, after the commit, so the watcher compares two numbers that move together.
@@ -303,6 +305,7 @@ final class Environment: @unchecked Sendable {
         writeBytes = 0
         writeTouched = false
         writeLogged = false
+        writeMask = 0
         let result: R
         do {
             result = try body(Transaction(handle: transaction, environment: self))
@@ -321,6 +324,8 @@ final class Environment: @unchecked Sendable {
         // Read before the commit: it releases LMDB's writer mutex, and the next writer resets it.
         let touched = writeTouched
         let unlogged = touched && !writeLogged
+        // A commit that logged no record changed keys that nobody can name: it wakes everybody.
+        let mask = unlogged ? WakeChannel.everything : writeMask | WakeChannel.everyCommit
         let bytes = writeBytes
         // lmdb.h: the transaction handle is freed by mdb_txn_commit whether it succeeds or not.
         let commitCode = mdb_txn_commit(transaction)
@@ -330,14 +335,17 @@ final class Environment: @unchecked Sendable {
         // Sequentially consistent: pairs with the flusher's arming (see `Flusher.markDirty`).
         if touched { localCommits.add(1, ordering: .sequentiallyConsistent) }
         if unlogged { localUnloggedCommits.add(1, ordering: .releasing) }
-        // The commit is visible to new readers now: wake the observing processes (this one's
-        // watcher too, which then finds its own commits accounted for). Never fails a commit.
-        if touched { wakeChannel?.signal() }
+        // The commit is visible to new readers now: wake the other processes that observe its
+        // keys (this process's observers get it from the committing thread). Never fails a commit.
+        if touched { wakeChannel?.signal(mask) }
         return result
     }
 
     /// Records that the current write transaction appended a commit-log record.
-    fileprivate func noteLogged() { writeLogged = true }
+    fileprivate func noteLogged(mask: UInt64) {
+        writeLogged = true
+        writeMask = mask
+    }
 
     /// Records the size of a put in the current write transaction, and whether it hit `MDB_MAP_FULL`.
     fileprivate func notePut(bytes: Int, code: Int32) {
@@ -618,8 +626,9 @@ struct Transaction {
         try check(code, "mdb_put")
     }
 
-    /// Marks this write transaction as one that appended a commit-log record.
-    func noteLogged() { environment.noteLogged() }
+    /// Marks this write transaction as one that appended a commit-log record of the keys whose
+    /// wake-up bits are `mask`.
+    func noteLogged(mask: UInt64) { environment.noteLogged(mask: mask) }
 
     /// Deletes `key`; returns whether it existed.
     @discardableResult

@@ -36,8 +36,8 @@ import Synchronization
 /// itself Sendable and kept alive by the watcher while the thread may use it.
 final class ExternalWatcher: @unchecked Sendable {
     private weak var core: StoreCore?
-    /// The store's channel, or a private word when the store's cannot be used.
-    private let channel: WakeChannel
+    /// This process's slot of the store's channel, or a private word when it cannot be used.
+    private let channel: WakeChannel.Waiter
     private let fallbackNanoseconds: Int64
     private let isStopping = Atomic<Bool>(false)
     private var lastTransaction: Int
@@ -47,11 +47,14 @@ final class ExternalWatcher: @unchecked Sendable {
 
     /// Starts watching from a snapshot with `transactionID` and `sequence`, taken after
     /// `localUnlogged` and `localCommits` were read.
-    init(core: StoreCore, transactionID: Int, sequence: UInt64, localUnlogged: Int, localCommits: Int) {
+    init(
+        core: StoreCore, waiter: WakeChannel.Waiter, transactionID: Int, sequence: UInt64, localUnlogged: Int,
+        localCommits: Int
+    ) {
         self.core = core
         (lastTransaction, lastSequence, lastLocalUnlogged) = (transactionID, sequence, localUnlogged)
         lastLocalCommits = localCommits
-        channel = core.environment.wakeChannel ?? WakeChannel.makePrivate()
+        channel = waiter
         let interval = core.options.fallbackCheckInterval
         let clamped = min(max(interval, .milliseconds(1)), .seconds(3_600))
         fallbackNanoseconds =
@@ -114,8 +117,8 @@ final class ExternalWatcher: @unchecked Sendable {
     func stop() {
         isStopping.store(true, ordering: .sequentiallyConsistent)
         // Moves the word after the flag: the thread either sees the flag after its next read
-        // of the word, or its wait returns at once (or is woken). On the store's channel, the
-        // other observing processes wake too and find nothing new: one spare check each.
-        channel.signal()
+        // of the word, or its wait returns at once (or is woken). The word is this process's
+        // own slot: no other process wakes.
+        channel.wake()
     }
 }

@@ -71,6 +71,17 @@ final class ObserverRegistry: Sendable {
         var watcher: ExternalWatcher?
         var isClosed = false
         var isEmpty: Bool { keys.isEmpty && commitObservers.isEmpty && prefixes.isEmpty }
+        /// How many observers are registered.
+        var observerCount: Int {
+            keys.values.reduce(0) { $0 + $1.count } + commitObservers.count
+                + prefixes.values.reduce(0) { $0 + $1.count }
+        }
+        /// The wake-up bits of what is observed (see `WakeChannel`).
+        var wakeBits: UInt64 {
+            keys.keys.reduce(commitObservers.isEmpty && prefixes.isEmpty ? 0 : WakeChannel.everyCommit) {
+                $0 | WakeChannel.bit(forKeyNamed: $1)
+            }
+        }
     }
 
     private let state = Locked(State())
@@ -90,7 +101,8 @@ final class ObserverRegistry: Sendable {
         registered: ([UInt8]?) -> Void = { _ in }
     ) -> ObservationToken {
         let activity = Activity()
-        let id = register(core: core, readingKey: name) { state, id, start in
+        let id = register(core: core, readingKey: name, wakingOn: WakeChannel.bit(forKeyNamed: name)) {
+            state, id, start in
             let baseline: Baseline = start.map { .known($0.bytes) } ?? .unknown
             state.keys[name, default: [:]][id] = KeyObserver(
                 baseline: baseline, position: start?.sequence ?? state.dispatched, activity: activity,
@@ -109,7 +121,7 @@ final class ObserverRegistry: Sendable {
     /// Adds an observer of whole commit records, starting after the newest commit.
     func addCommitObserver(core: StoreCore, handler: @escaping @Sendable (CommitRecord) -> Void) -> ObservationToken {
         let activity = Activity()
-        let id = register(core: core, readingKey: nil) { state, id, start in
+        let id = register(core: core, readingKey: nil, wakingOn: WakeChannel.everyCommit) { state, id, start in
             state.commitObservers[id] = CommitObserver(
                 position: start?.sequence ?? state.dispatched, activity: activity, handler: handler)
         }
@@ -125,7 +137,7 @@ final class ObserverRegistry: Sendable {
         prefix: [UInt8], core: StoreCore, handler: @escaping @Sendable (CommitRecord) -> Void
     ) -> ObservationToken {
         let activity = Activity()
-        let id = register(core: core, readingKey: nil) { state, id, start in
+        let id = register(core: core, readingKey: nil, wakingOn: WakeChannel.everyCommit) { state, id, start in
             if state.prefixes[prefix] == nil { state.prefixLengths[prefix.count, default: 0] += 1 }
             state.prefixes[prefix, default: [:]][id] = CommitObserver(
                 position: start?.sequence ?? state.dispatched, activity: activity, handler: handler)
@@ -153,13 +165,20 @@ final class ObserverRegistry: Sendable {
     /// again otherwise. A failed read is reported and the observer starts at the registry's
     /// position with an unknown baseline, set by a comparison with the store at the next
     /// delivery (it never replays old history).
+    ///
+    /// `bits` are the wake-up bits (see `WakeChannel`) that other processes' commits must carry
+    /// to wake this process's watcher for the new observer.
     private func register(
-        core: StoreCore, readingKey name: [UInt8]?, _ insert: (inout State, UInt64, Start?) -> Void
+        core: StoreCore, readingKey name: [UInt8]?, wakingOn bits: UInt64,
+        _ insert: (inout State, UInt64, Start?) -> Void
     ) -> UInt64 {
         // Before the snapshot: a commit the snapshot misses then sees the interest (the
         // sequentially consistent add orders it before the snapshot's reads; `didCommit` fences
-        // the other side). The observer's removal lowers it again.
+        // the other side). The observer's removal lowers it again. Likewise for the wake-up
+        // bits, which other processes' writers read after their commits.
         interest.add(1, ordering: .sequentiallyConsistent)
+        let waiter = waiter(core)
+        waiter.add(bits)
         while true {
             let localUnlogged = core.environment.localUnloggedCommits.load(ordering: .acquiring)
             let localCommits = core.environment.localCommits.load(ordering: .acquiring)
@@ -185,8 +204,8 @@ final class ObserverRegistry: Sendable {
                 insert(&state, state.nextID, start)
                 if state.watcher == nil, !state.isClosed {
                     state.watcher = ExternalWatcher(
-                        core: core, transactionID: start?.transactionID ?? 0, sequence: start?.sequence ?? 0,
-                        localUnlogged: localUnlogged, localCommits: localCommits)
+                        core: core, waiter: waiter, transactionID: start?.transactionID ?? 0,
+                        sequence: start?.sequence ?? 0, localUnlogged: localUnlogged, localCommits: localCommits)
                 }
                 return state.nextID
             }
@@ -199,13 +218,31 @@ final class ObserverRegistry: Sendable {
     private func remove(_ body: (inout State) -> Void) {
         let stopped = state.withLock { state -> ExternalWatcher? in
             body(&state)
-            interest.subtract(1, ordering: .releasing)
+            // Still counts the registrations in progress, whose bits must stay.
+            let remaining = interest.subtract(1, ordering: .sequentiallyConsistent).newValue
+            if remaining == state.observerCount { waiterIfClaimed?.set(state.wakeBits) }
             guard state.isEmpty else { return nil }
             defer { state.watcher = nil }
             return state.watcher
         }
         stopped?.stop()
     }
+
+    /// This process's waiter on the store's wake-up channel (a slot of it, or a private word
+    /// when the channel cannot be used or is full), claimed with the first observer and kept
+    /// until the store closes.
+    private let claimedWaiter = Locked<WakeChannel.Waiter?>(nil)
+
+    private func waiter(_ core: StoreCore) -> WakeChannel.Waiter {
+        claimedWaiter.withLock { waiter in
+            if let waiter { return waiter }
+            let claimed = core.environment.wakeChannel?.claimWaiter() ?? WakeChannel.Waiter()
+            waiter = claimed
+            return claimed
+        }
+    }
+
+    private var waiterIfClaimed: WakeChannel.Waiter? { claimedWaiter.withLock { $0 } }
 
     /// Stops the watcher for good; the store is closing.
     func close() {
@@ -215,6 +252,8 @@ final class ObserverRegistry: Sendable {
             return state.watcher
         }
         stopped?.stop()
+        // The slot is freed when the watcher's thread lets go of it too.
+        claimedWaiter.withLock { $0 = nil }
     }
 
     /// The names (UTF-8 bytes) of the keys that have observers.
