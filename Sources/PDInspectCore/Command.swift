@@ -33,7 +33,7 @@ public enum Command: Sendable, Equatable {
     /// Print the commit log, and with `follow.isFollowing` keep printing new commits.
     case log(database: String, range: LogRange, follow: FollowOptions?, format: OutputFormat)
     /// Print each committed change (of `keys`, or of every key when empty) until stopped.
-    case watch(database: String, keys: [String], follow: FollowOptions, format: OutputFormat)
+    case watch(database: String, keys: [String], follow: FollowOptions, format: OutputFormat, prefix: String? = nil)
     /// Verify that every value decodes and the log is consistent.
     case check(database: String, format: OutputFormat)
     /// Write a compacted copy of the store into the directory `destination`.

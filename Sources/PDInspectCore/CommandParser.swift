@@ -94,7 +94,11 @@ public enum CommandParser {
             let follow = FollowOptions(
                 since: try arguments.since(), maxEvents: try arguments.count("--max-events"),
                 timeout: try arguments.timeout())
-            return .watch(database: values[0], keys: keys, follow: follow, format: format)
+            let prefix = arguments.value("--prefix")
+            if let prefix, prefix.utf8.count > PersistentDefaults.Keys.maximumNameLength {
+                throw UsageError("--prefix is longer than any key can be", verb: verb)
+            }
+            return .watch(database: values[0], keys: keys, follow: follow, format: format, prefix: prefix)
         case .check:
             return .check(database: try arguments.positionals(["DB"])[0], format: format)
         case .compact:

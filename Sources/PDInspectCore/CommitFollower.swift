@@ -12,8 +12,12 @@ import Synchronization
 /// Follows a store's commit log, for `watch` and `log --follow`: the records already logged,
 /// then each new one as the library's commit observer delivers it (``PersistentDefaults/observeCommits(queue:_:)``),
 /// so another process's commit is printed as fast as any observer gets it.
+///
+/// With a prefix, it follows through ``PersistentDefaults/observe(prefix:queue:_:)`` and passes
+/// only the changes of keys under the prefix (records without any are left out).
 struct CommitFollower {
     let store: PersistentDefaults
+    var prefix: String? = nil
 
     /// Passes each batch of records after `sequence` to `handle` until `handle` returns false,
     /// the deadline passes or `stop` is raised.
@@ -25,17 +29,19 @@ struct CommitFollower {
         let wakeUp = stop.wakeUp
         // Registered before the log is read: every commit after the observer's start arrives in
         // the inbox, and the log read below holds everything up to (at least) that start.
-        let token = store.observeCommits { record in
+        let deliver: @Sendable (CommitRecord) -> Void = { record in
             inbox.append(record)
             wakeUp.signal()
         }
+        let token = prefix.map { store.observe(prefix: $0, deliver) } ?? store.observeCommits(deliver)
         defer { token.cancel() }
         var cursor = sequence
         while true {
             let records = try store.commits(after: cursor, limit: 1_000)
             guard let last = records.last else { break }
             cursor = last.sequence
-            guard try handle(records) else { return }
+            let shown = prefix.map { prefix in records.compactMap { $0.onlyChanges(under: prefix) } } ?? records
+            guard try handle(shown) else { return }
         }
         while !stop.isRaised {
             var timeout = DispatchTime.distantFuture
@@ -53,6 +59,17 @@ struct CommitFollower {
             cursor = last.sequence
             guard try handle(records) else { return }
         }
+    }
+}
+
+extension CommitRecord {
+    /// The record with only the changes of keys whose names start with `prefix` (as bytes);
+    /// nil when there are none, as the prefix observer would not deliver it.
+    func onlyChanges(under prefix: String) -> CommitRecord? {
+        let bytes = Array(prefix.utf8)
+        let kept = changes.filter { $0.key.utf8.starts(with: bytes) }
+        guard !kept.isEmpty else { return nil }
+        return CommitRecord(sequence: sequence, timestamp: timestamp, processID: processID, changes: kept)
     }
 }
 

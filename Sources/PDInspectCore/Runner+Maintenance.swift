@@ -197,7 +197,9 @@ extension Runner {
         return (value.tag.description, object["value"])
     }
 
-    func watch(_ store: PersistentDefaults, keys: [String], follow: FollowOptions, format: OutputFormat) throws {
+    func watch(
+        _ store: PersistentDefaults, keys: [String], prefix: String?, follow: FollowOptions, format: OutputFormat
+    ) throws {
         // By the names' bytes: a key name is its UTF-8 bytes, and `String` equality would also
         // match the NFD form of an NFC name.
         let wanted = Set(keys.map { Array($0.utf8) })
@@ -206,10 +208,11 @@ extension Runner {
         let start = try follow.since ?? store.lastSequence()
         let stop = StopSignal()
         if format == .human {
-            let what = keys.isEmpty ? "every key" : keys.joined(separator: ", ")
+            var what = keys.isEmpty ? "every key" : keys.joined(separator: ", ")
+            if let prefix { what = keys.isEmpty ? "keys under \"\(prefix)\"" : what + " under \"\(prefix)\"" }
             console.printError("watching \(what) after commit #\(start); interrupt to stop\n")
         }
-        try CommitFollower(store: store).follow(after: start, until: deadline, stop: stop) { records in
+        try CommitFollower(store: store, prefix: prefix).follow(after: start, until: deadline, stop: stop) { records in
             var rows: [[String]] = []
             for record in records {
                 for change in record.changes where wanted.isEmpty || wanted.contains(Array(change.key.utf8)) {

@@ -66,8 +66,8 @@ public struct Runner: Sendable {
             try stat(try open(database), format: format)
         case .log(let database, let range, let follow, let format):
             try log(try open(database), range: range, follow: follow, format: format)
-        case .watch(let database, let keys, let follow, let format):
-            try watch(try open(database), keys: keys, follow: follow, format: format)
+        case .watch(let database, let keys, let follow, let format, let prefix):
+            try watch(try open(database), keys: keys, prefix: prefix, follow: follow, format: format)
         case .check(let database, let format):
             try check(try open(database), format: format)
         case .compact(let database, let destination, let format):

@@ -42,7 +42,7 @@ public enum Verb: String, Sendable, CaseIterable {
         case .import: "DB FILE [--replace] [--force]"
         case .stat: "DB [--json]"
         case .log: "DB [--since N] [--limit N] [--follow] [--json]"
-        case .watch: "DB [KEY...] [--since N] [--json]"
+        case .watch: "DB [KEY...] [--prefix P] [--since N] [--json]"
         case .check: "DB [--json]"
         case .compact: "DB OUT [--json]"
         case .readers: "DB [--clear-stale] [--json]"
@@ -107,7 +107,11 @@ public enum Verb: String, Sendable, CaseIterable {
                 OptionSpec("--follow", help: "keep printing new commits until interrupted"),
                 maxEvents, timeout, json,
             ]
-        case .watch: return [since, maxEvents, timeout, json]
+        case .watch:
+            return [
+                OptionSpec("--prefix", value: "P", help: "only keys whose names start with P (compared as UTF-8 bytes)"),
+                since, maxEvents, timeout, json,
+            ]
         case .readers: return [OptionSpec("--clear-stale", help: "first free the slots of dead processes"), json]
         }
     }

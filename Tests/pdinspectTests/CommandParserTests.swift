@@ -112,6 +112,9 @@ struct CommandParserTests {
         .init(
             arguments: ["watch", "db", "a", "b", "--since", "0", "--json"],
             expected: .watch(database: "db", keys: ["a", "b"], follow: FollowOptions(since: 0), format: .json)),
+        .init(
+            arguments: ["watch", "db", "--prefix", "fleet."],
+            expected: .watch(database: "db", keys: [], follow: FollowOptions(), format: .human, prefix: "fleet.")),
         .init(arguments: ["check", "db", "--json"], expected: .check(database: "db", format: .json)),
         .init(
             arguments: ["compact", "db", "out"], expected: .compact(database: "db", destination: "out", format: .human)),
@@ -183,6 +186,9 @@ struct CommandParserTests {
         .init(arguments: ["log", "db", "--folow"], message: "did you mean '--follow'?"),
         .init(arguments: ["watch", "db", "", "--json"], message: "a key name must not be empty"),
         .init(arguments: ["watch", "db", "--max-events", "x"], message: "--max-events needs a whole number"),
+        .init(
+            arguments: ["watch", "db", "--prefix", String(repeating: "p", count: 512)],
+            message: "--prefix is longer than any key can be"),
         .init(arguments: ["compact", "db"], message: "missing OUT"),
         .init(arguments: ["readers", "db", "--clear"], message: "did you mean '--clear-stale'?"),
     ]

@@ -197,6 +197,26 @@ struct VerbTests {
         #expect(timedOut.stdout.isEmpty)
     }
 
+    @Test func watchWithAPrefixPrintsOnlyTheKeysUnderIt() throws {
+        let fixture = try TemporaryStore()
+        let store = try fixture.open()
+        try store.setStoredValue(.int(1), named: "fleet.old")  // in the log before the watch starts
+        let start = try store.lastSequence() - 1
+        let watcher = try RunningTool([
+            "watch", fixture.path, "--prefix", "fleet.", "--since", "\(start)", "--json", "--max-events", "3",
+        ])
+        try store.setStoredValue(.int(8), named: "launchCount")
+        try store.write { tx in
+            try tx.setStoredValue(.int(2), named: "fleet.a")
+            try tx.setStoredValue(.int(9), named: "other")
+        }
+        try store.setStoredValue(.string("x"), named: "fleet.b")
+        let outcome = watcher.finish()
+        #expect(outcome.status == 0, "\(outcome)")
+        let events = try outcome.jsonLines()
+        #expect(events.map { $0["key"] as? String } == ["fleet.old", "fleet.a", "fleet.b"])
+    }
+
     @Test func namesThatDifferOnlyInNormalisationAreDifferentKeys() throws {
         let (composed, decomposed) = ("caf\u{E9}", "cafe\u{301}")
         let fixture = try TemporaryStore()
