@@ -120,7 +120,7 @@ import Testing
             options.durability = .bounded(interval: .seconds(10))
             let store = try PersistentDefaults(path: path, options: options)
             var stuck = 0
-            for round in 1...300 {
+            for round in 1...150 {
                 // The registry is empty each round; a commit races with the registration.
                 let go = DispatchSemaphore(value: 0)
                 let committed = DispatchSemaphore(value: 0)

@@ -86,7 +86,7 @@ final class Environment: @unchecked Sendable {
     private var brokenReason: String?
     /// The named databases opened in this environment, in the order LMDB numbered them, to open
     /// them again after a reopen.
-    private let openedDatabases = Mutex<[(name: String, handle: DatabaseHandle)]>([])
+    private let openedDatabases = Locked<[(name: String, handle: DatabaseHandle)]>([])
     private var writeSawMapFull = false
     /// Bytes put in the current write transaction, to size the map when it is full.
     private var writeBytes = 0
