@@ -42,9 +42,18 @@
  * narrows the outcomes explored.
  *
  * The cut: when the writer opens data.mdb the first time, a thread of the interposer starts
- * and sleeps until PCDISK_CUT_AFTER_US microseconds have passed (CLOCK_MONOTONIC); it then
- * takes the lock (so no write to the file is in progress and none can start: every write and
- * sync of the file holds it), rewrites the file as above, prints one line on standard error
+ * and sleeps until PCDISK_CUT_AFTER_US microseconds have passed (CLOCK_MONOTONIC). It then takes
+ * the lock, which every write and sync of the file holds, so no write to the file is in progress
+ * and none can start: that instant is the power cut. Under the lock it chooses the outcome of
+ * every sector, then forks. The parent sends itself SIGKILL at once, never releasing the lock.
+ * The child (only the cutting thread is copied, with the sector table) waits until the parent is
+ * dead (end of file on a pipe whose write end only the parent held), then writes the chosen
+ * sectors and the size into data.mdb through the interposer's own descriptor, prints one line
+ * on standard error and exits. The file is not changed while the writer lives because its other
+ * threads read data.mdb through LMDB's map until the SIGKILL lands: a file rewritten under them
+ * is a disk that cannot exist, and LMDB asserts on it (mdb_freelist_save, seen in testing).
+ * Whoever waits for the writer must also wait for end of file on its standard error, which the
+ * child holds until the file is final. The line:
  *
  *   pcdisk: cut t=NS synced=NS writes=N sectors=N latest=N older=N reverted=N torn=N
  *           size=A->B meta=ahead|durable forgotten=N p=P
@@ -52,9 +61,10 @@
  * (one line; t is the cut's CLOCK_MONOTONIC time, synced the start of the last durable point,
  * 0 if none; sectors counts sectors with unsynced writes, and of them latest kept their newest
  * version, older an older one, reverted their durable content; meta tells whether a meta page
- * (the first two 4 KiB pages) kept a newer version), and sends itself SIGKILL without ever
- * releasing the lock. Without PCDISK_CUT_AFTER_US nothing is cut. PCDISK_SEED (decimal) seeds
- * every choice, so a cut can be repeated from its seed given the same writes.
+ * (the first two 4 KiB pages) kept a newer version; forgotten counts versions dropped beyond
+ * PCDISK_VERSIONS; p is the keep probability). Without PCDISK_CUT_AFTER_US nothing is cut.
+ * PCDISK_SEED (decimal) seeds every choice, so a cut can be repeated from its seed given the
+ * same writes.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -284,7 +294,7 @@ static void record(off_t offset, const struct iovec *iov, int count, size_t leng
 /* ---- the cut ---- */
 
 static void cut(void) {
-    pthread_mutex_lock(&lock); /* never released: the process dies holding it */
+    pthread_mutex_lock(&lock); /* never released: no write to the file can start or be in progress */
     uint64_t cut_ns = now_ns();
     uint64_t draw = mix(seed ^ 0x5EEDu);
     double keep_probability;
@@ -298,13 +308,14 @@ static void cut(void) {
     int meta_ahead = 0;
     int64_t new_size = durable_size;
     unsigned char *torn_seen = calloc(write_seq + 1, 1);
-    if (!torn_seen) die("out of memory");
+    const unsigned char **chosen = calloc(active_count + 1, sizeof *chosen);
+    if (!torn_seen || !chosen) die("out of memory");
     for (uint64_t index = 0; index < active_count; index++) {
         uint64_t sector = active[index];
         struct entry *entry = entries[sector];
-        const unsigned char *chosen = entry->durable;
         int chosen_index = -1;
         uint64_t best = 0;
+        chosen[index] = entry->durable;
         for (int version = 0; version < entry->count; version++) {
             uint64_t write = mix(seed ^ mix(entry->versions[version].seq));
             if (unit(write) >= keep_probability) continue;
@@ -316,7 +327,7 @@ static void cut(void) {
             uint64_t priority = mix(write + 2);
             if (chosen_index < 0 || priority > best) {
                 best = priority;
-                chosen = entry->versions[version].data;
+                chosen[index] = entry->versions[version].data;
                 chosen_index = version;
             }
         }
@@ -329,13 +340,7 @@ static void cut(void) {
             if (end > current_size) end = current_size;
             if (end > new_size) new_size = end;
         }
-        if ((int64_t)(sector * SECTOR) < current_size) {
-            size_t length = (size_t)(current_size - (int64_t)(sector * SECTOR));
-            if (length > SECTOR) length = SECTOR;
-            if (real_pwrite(private_fd, chosen, length, (off_t)(sector * SECTOR)) != (ssize_t)length) die("pwrite");
-        }
     }
-    if (new_size < current_size && ftruncate(private_fd, new_size) != 0) die("ftruncate");
     char line[512];
     snprintf(line, sizeof line,
              "pcdisk: cut t=%" PRIu64 " synced=%" PRIu64 " writes=%" PRIu64 " sectors=%" PRIu64 " latest=%" PRIu64
@@ -343,7 +348,30 @@ static void cut(void) {
              " meta=%s forgotten=%" PRIu64 " p=%.2f\n",
              cut_ns, synced_ns, pending_writes, active_count, latest, older, reverted, torn, current_size, new_size,
              meta_ahead ? "ahead" : "durable", forgotten, keep_probability);
-    say(line);
+    /* The other threads keep running until the process dies and read data.mdb through LMDB's map, so
+     * changing the file now would show them a disk that cannot be (LMDB asserts on it). A forked child
+     * (a copy of this thread and of the table) waits until this process is dead, then writes the file. */
+    int dead[2];
+    if (pipe2(dead, O_CLOEXEC) != 0) die("pipe2");
+    pid_t child = fork();
+    if (child < 0) die("fork");
+    if (child == 0) {
+        real_close(dead[1]);
+        char byte;
+        while (read(dead[0], &byte, 1) != 0) {} /* end of file: every write end, the parent's, is closed */
+        for (uint64_t index = 0; index < active_count; index++) {
+            uint64_t sector = active[index];
+            if ((int64_t)(sector * SECTOR) >= current_size) continue;
+            size_t length = (size_t)(current_size - (int64_t)(sector * SECTOR));
+            if (length > SECTOR) length = SECTOR;
+            if (real_pwrite(private_fd, chosen[index], length, (off_t)(sector * SECTOR)) != (ssize_t)length) {
+                die("pwrite");
+            }
+        }
+        if (new_size < current_size && ftruncate(private_fd, new_size) != 0) die("ftruncate");
+        say(line);
+        _exit(0);
+    }
     kill(getpid(), SIGKILL);
     for (;;) pause();
 }
