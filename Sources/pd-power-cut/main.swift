@@ -18,7 +18,8 @@ import PDReliability
 //            acknowledged commit must have been acknowledged after the last sync began, and
 //            less than I + L ms before the cut, or the run fails.
 //   broken   the self-test: the writer runs `.bounded(interval: I)` but the checker treats its
-//            acknowledgements as durable, as a writer that acknowledges before syncing claims;
+//            acknowledgements as durable, as a writer that acknowledges before syncing claims,
+//            and the disk loses every unsynced write (PCDISK_KEEP=0, so the store stays intact);
 //            the run passes only if the checker reports lost acknowledged commits.
 //
 // Exit 0 when the mode's expectations held, 1 otherwise (the store is kept), 2 on a usage error.
@@ -93,6 +94,9 @@ func runWriter(path: String, settings: Settings, disk: String, random: inout Spl
     let delay = Int.random(in: 0...(settings.maxDelayMilliseconds * 1_000), using: &random)
     environment["PCDISK_CUT_AFTER_US"] = "\(delay)"
     environment["PCDISK_SEED"] = "\(random.next())"
+    // The self-test's disk loses every unsynced write: the store stays intact and what the
+    // broken writer acknowledged since its last sync is gone, which the checker must see.
+    if settings.mode == .broken { environment["PCDISK_KEEP"] = "0" }
     let process = Process()
     process.executableURL = productsDirectory.appendingPathComponent("pd-worker")
     process.arguments = ["power-writer", path, "\(random.next())"]

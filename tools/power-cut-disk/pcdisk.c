@@ -10,7 +10,7 @@
  * the process kills itself with SIGKILL:
  *
  *   - each write since the last durable point is kept or lost (probability p, drawn per cut:
- *     0, 1, 1/2 or uniform), kept writes land in a random order (a random priority per write;
+ *     0, 1, 1/2 or uniform; PCDISK_KEEP=P fixes it), kept writes land in a random order (a random priority per write;
  *     where two kept writes touch one sector, the higher priority wins, so an older version may
  *     land last), and one kept write in eight is torn: each of its sectors is kept or lost on
  *     its own. A sector is atomic: it holds its durable content or one whole version.
@@ -304,6 +304,8 @@ static void cut(void) {
     case 2: keep_probability = 0.5; break;
     default: keep_probability = unit(mix(draw)); break;
     }
+    const char *keep = getenv("PCDISK_KEEP");
+    if (keep) keep_probability = atof(keep);
     uint64_t latest = 0, older = 0, reverted = 0, torn = 0;
     int meta_ahead = 0;
     int64_t new_size = durable_size;
