@@ -2,7 +2,8 @@ import Foundation
 import PDReliability
 
 // The power-loss test: `pd-power-cut [--cuts N] [--mode sync|bounded|broken] [--seed S]
-// [--interval-ms I] [--max-delay-ms D] [--slack-ms L] [--disk PATH] [--dir DIR] [--keep DIR]`.
+// [--interval-ms I] [--max-delay-ms D] [--slack-ms L] [--disk PATH] [--dir DIR] [--keep DIR]
+// [--seconds T]`: N cuts, or as many as T seconds allow (the summary gives the number).
 //
 // Each cut starts one `pd-worker power-writer` on the store with the simulated disk
 // (`pcdisk.so`, built from tools/power-cut-disk/pcdisk.c) preloaded. The disk cuts the power
@@ -38,6 +39,7 @@ struct Settings {
     var disk: String?
     var directory: String?
     var keep: String?
+    var seconds: Double?
 
     init?(_ arguments: [String]) {
         var rest = arguments[...]
@@ -65,6 +67,9 @@ struct Settings {
             case "--disk": disk = value
             case "--dir": directory = value
             case "--keep": keep = value
+            case "--seconds":
+                guard let number = Double(value), number > 0 else { return nil }
+                seconds = number
             default: return nil
             }
         }
@@ -208,7 +213,8 @@ func main() -> Int32 {
         FileHandle.standardError.write(
             Data(
                 ("usage: pd-power-cut [--cuts N] [--mode sync|bounded|broken] [--seed S] [--interval-ms I]"
-                    + " [--max-delay-ms D] [--slack-ms L] [--disk PATH] [--dir DIR] [--keep DIR]\n").utf8))
+                    + " [--max-delay-ms D] [--slack-ms L] [--disk PATH] [--dir DIR] [--keep DIR] [--seconds T]\n").utf8)
+        )
         return 2
     }
     let disk = settings.disk ?? productsDirectory.appendingPathComponent("pcdisk.so").path
@@ -230,7 +236,8 @@ func main() -> Int32 {
     )
     fflush(nil)
     do {
-        while tally.cuts < settings.cuts {
+        let deadline = settings.seconds.map { DispatchTime.now() + $0 } ?? .distantFuture
+        while tally.cuts < settings.cuts, DispatchTime.now() < deadline {
             let before = settings.keep.map { $0 + "/before-last-cut" }
             if let before {
                 // The store as the writer found it, to study a writer crash.
