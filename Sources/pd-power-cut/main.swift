@@ -93,6 +93,7 @@ func runWriter(path: String, settings: Settings, disk: String, random: inout Spl
     environment["PD_DURABILITY"] = settings.mode == .sync ? "sync" : "bounded"
     environment["PD_BOUNDED_MS"] = "\(settings.intervalMilliseconds)"
     environment["PD_LOG_RETENTION"] = "20000"  // more than a cut commits, so the checker sees every record
+    environment["PD_LOG_RETENTION_BYTES"] = "\(64 << 20)"  // the 4 MiB default prunes within a 1 s bounded cut
     environment["LD_PRELOAD"] = disk
     // A crash is reported by its signal; the backtracer would hold the pipes open for long.
     environment["SWIFT_BACKTRACE"] = "enable=no"

@@ -37,8 +37,9 @@ import PersistentDefaults
 //
 //   pd-worker observe-idle DIR KEY SECONDS  observe KEY while idle; print the CPU time used
 //
-// Environment: PD_LOG_RETENTION sets the log retention, PD_DURABILITY=bounded the bounded
-// durability (interval PD_BOUNDED_MS, default 100 ms), PD_MAX_READERS the reader slots.
+// Environment: PD_LOG_RETENTION sets the log retention (PD_LOG_RETENTION_BYTES its byte limit),
+// PD_DURABILITY=bounded the bounded durability (interval PD_BOUNDED_MS, default 100 ms),
+// PD_MAX_READERS the reader slots.
 //
 // Exit codes: 0 done, 2 usage, 3 a store error (printed on stderr).
 
@@ -52,6 +53,7 @@ func options() -> PersistentDefaults.Options {
     var options = PersistentDefaults.Options()
     let environment = ProcessInfo.processInfo.environment
     if let retention = environment["PD_LOG_RETENTION"].flatMap(Int.init) { options.logRetention = retention }
+    if let bytes = environment["PD_LOG_RETENTION_BYTES"].flatMap(Int.init) { options.logRetentionBytes = bytes }
     if environment["PD_DURABILITY"] == "bounded" {
         let milliseconds = environment["PD_BOUNDED_MS"].flatMap(Int.init) ?? 100
         options.durability = .bounded(interval: .milliseconds(milliseconds))
