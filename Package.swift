@@ -25,6 +25,7 @@ let package = Package(
         .executableTarget(name: "pd-worker", dependencies: ["PersistentDefaults", "PDReliability"]),
         .executableTarget(name: "pd-crash", dependencies: ["PDReliability"]),
         .executableTarget(name: "pd-fuzz", dependencies: ["PDReliability"]),
+        .executableTarget(name: "pd-power-cut", dependencies: ["PDReliability"]),
         .target(name: "PDInspectCore", dependencies: ["PersistentDefaults"]),
         .executableTarget(name: "pdinspect", dependencies: ["PDInspectCore"]),
         .systemLibrary(
@@ -40,7 +41,7 @@ let package = Package(
         ),
         .testTarget(
             name: "PersistentDefaultsTests",
-            dependencies: ["PersistentDefaults", "PDReliability", "CLMDB", "pd-worker"]),
+            dependencies: ["PersistentDefaults", "PDReliability", "CLMDB", "pd-worker", "pd-power-cut", "pdinspect"]),
         .testTarget(name: "pdinspectTests", dependencies: ["PDInspectCore", "PersistentDefaults", "pdinspect"]),
     ],
     swiftLanguageModes: [.v6]

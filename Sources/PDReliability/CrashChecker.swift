@@ -28,6 +28,11 @@ public struct CrashChecker {
     /// Commits that were in the store although their writer was killed before acknowledging
     /// them (at most one per killed writer is allowed).
     public private(set) var unacknowledgedCommits = 0
+    /// Acknowledged commits that a check found missing although `mustSurvive` allowed their
+    /// loss (a `.bounded` store after a power cut), in all checks so far.
+    public private(set) var acknowledgedLost = 0
+    /// The numbers of the acknowledged commits the last check found missing with leave.
+    public private(set) var lastLost: [UInt64] = []
     /// The data expected in the store: each key's value bytes, from replaying the checked log.
     private var expected: [String: [UInt8]] = [:]
 
@@ -36,8 +41,15 @@ public struct CrashChecker {
 
     /// Opens the store at `path` and checks it against the writers' reports and the log.
     /// Returns one line per problem; an empty array means every invariant held.
-    public mutating func check(path: String, writers: [WriterReport]) -> [String] {
+    ///
+    /// An acknowledged commit missing from the store is a problem when `mustSurvive` returns
+    /// true for its number (always, unless given), and is otherwise counted in `lastLost` and
+    /// `acknowledgedLost`.
+    public mutating func check(
+        path: String, writers: [WriterReport], mustSurvive: (UInt64) -> Bool = { _ in true }
+    ) -> [String] {
         var problems: [String] = []
+        lastLost = []
         let errors = ErrorList()
         var options = PersistentDefaults.Options()
         options.errorHandler = { errors.append("\($0)") }
@@ -56,7 +68,7 @@ public struct CrashChecker {
                 }
                 return (records, values)
             }
-            problems += checkRecords(records, writers: writers)
+            problems += checkRecords(records, writers: writers, mustSurvive: mustSurvive)
             problems += checkValues(values)
         } catch {
             problems.append("the store does not open or read: \(error)")
@@ -65,7 +77,9 @@ public struct CrashChecker {
         return problems
     }
 
-    private mutating func checkRecords(_ records: [CommitRecord], writers: [WriterReport]) -> [String] {
+    private mutating func checkRecords(
+        _ records: [CommitRecord], writers: [WriterReport], mustSurvive: (UInt64) -> Bool
+    ) -> [String] {
         var problems: [String] = []
         if let first = records.first, first.sequence != lastChecked + 1 {
             problems.append("the log starts at #\(first.sequence), after #\(lastChecked) was checked: records pruned")
@@ -75,8 +89,13 @@ public struct CrashChecker {
             for ack in writer.acknowledged { acknowledged[ack.number] = (writer.processID, ack.entries) }
         }
         let newest = records.last?.sequence ?? lastChecked
-        for number in acknowledged.keys where number > newest {
-            problems.append("acknowledged commit #\(number) is missing (the store ends at #\(newest))")
+        for number in acknowledged.keys.sorted() where number > newest {
+            if mustSurvive(number) {
+                problems.append("acknowledged commit #\(number) is missing (the store ends at #\(newest))")
+            } else {
+                lastLost.append(number)
+                acknowledgedLost += 1
+            }
         }
         var unacknowledgedByWriter: [Int32: [UInt64]] = [:]
         for record in records {

@@ -1,6 +1,5 @@
 import Foundation
 import PDReliability
-import Synchronization
 
 // The kill test: `pd-crash [--kills N] [--mode sync|bounded] [--seed S] [--writers W]
 // [--max-delay-ms D] [--dir DIR]`.
@@ -46,26 +45,6 @@ struct Settings {
     }
 }
 
-/// Output of a child, read on another thread so that a full pipe never stalls it.
-final class Drain: Sendable {
-    private let data = Mutex(Data())
-    private let done = DispatchSemaphore(value: 0)
-
-    init(_ handle: FileHandle) {
-        DispatchQueue.global().async { [self] in
-            let bytes = handle.readDataToEndOfFile()
-            data.withLock { $0 = bytes }
-            done.signal()
-        }
-    }
-
-    /// Waits for end of file (the child died, so it comes at once).
-    func text(timeout: Double = 30) -> String? {
-        guard done.wait(timeout: .now() + timeout) == .success else { return nil }
-        return data.withLock { String(decoding: $0, as: UTF8.self) }
-    }
-}
-
 let productsDirectory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
 
 func runRound(
@@ -74,7 +53,7 @@ func runRound(
     var environment = ProcessInfo.processInfo.environment
     environment["PD_DURABILITY"] = settings.bounded ? "bounded" : "sync"
     environment["PD_LOG_RETENTION"] = "20000"  // more than a round commits, so the checker sees every record
-    var children: [(process: Process, output: Drain, errors: Drain, killAt: DispatchTime)] = []
+    var children: [(process: Process, output: OutputDrain, errors: OutputDrain, killAt: DispatchTime)] = []
     for _ in 0..<settings.writers {
         let process = Process()
         process.executableURL = productsDirectory.appendingPathComponent("pd-worker")
@@ -88,7 +67,7 @@ func runRound(
         let delay = Int.random(in: 0...(settings.maxDelayMilliseconds * 1_000), using: &random)
         children.append(
             (
-                process, Drain(output.fileHandleForReading), Drain(errors.fileHandleForReading),
+                process, OutputDrain(output.fileHandleForReading), OutputDrain(errors.fileHandleForReading),
                 .now() + .microseconds(delay)
             ))
     }

@@ -9,6 +9,8 @@ import PersistentDefaults
 //   pd-worker set-bytes DIR KEY BYTES      one set of a Data value of BYTES bytes (grows the map)
 //   pd-worker crash-writer DIR SEED        random multi-key transactions until killed, one
 //                                          "ack …" line per commit that returned (see pd-crash)
+//   pd-worker power-writer DIR SEED        the same with the commit's CLOCK_MONOTONIC time at the end
+//                                          of each line: "ack … NS" (see pd-power-cut)
 //   pd-worker hammer DIR THREADS COUNT     THREADS threads × COUNT increments of "counter", each
 //                                          transaction also setting "mirror" to the same value
 //   pd-worker set-loop DIR THREADS         THREADS threads each setting its own key "k<thread>" to
@@ -43,9 +45,10 @@ import PersistentDefaults
 //                                          "ready", then "change KEY OLD NEW SEQUENCE" per change,
 //                                          and "done" after COUNT changes
 //
-// Environment: PD_LOG_RETENTION sets the log retention, PD_DURABILITY=bounded the bounded
-// durability (100 ms), PD_MAX_READERS the reader slots, PD_READ_ONLY=1 opens read-only,
-// PD_FALLBACK_MS the fallback check interval of observers.
+// Environment: PD_LOG_RETENTION sets the log retention (PD_LOG_RETENTION_BYTES its byte limit),
+// PD_DURABILITY=bounded the bounded durability (interval PD_BOUNDED_MS, default 100 ms),
+// PD_MAX_READERS the reader slots, PD_READ_ONLY=1 opens read-only, PD_FALLBACK_MS the fallback
+// check interval of observers.
 //
 // Exit codes: 0 done, 2 usage, 3 a store error (printed on stderr).
 
@@ -59,7 +62,11 @@ func options() -> PersistentDefaults.Options {
     var options = PersistentDefaults.Options()
     let environment = ProcessInfo.processInfo.environment
     if let retention = environment["PD_LOG_RETENTION"].flatMap(Int.init) { options.logRetention = retention }
-    if environment["PD_DURABILITY"] == "bounded" { options.durability = .bounded(interval: .milliseconds(100)) }
+    if let bytes = environment["PD_LOG_RETENTION_BYTES"].flatMap(Int.init) { options.logRetentionBytes = bytes }
+    if environment["PD_DURABILITY"] == "bounded" {
+        let milliseconds = environment["PD_BOUNDED_MS"].flatMap(Int.init) ?? 100
+        options.durability = .bounded(interval: .milliseconds(milliseconds))
+    }
     if let readers = environment["PD_MAX_READERS"].flatMap(Int.init) { options.maxReaders = readers }
     if environment["PD_READ_ONLY"] == "1" { options.readOnly = true }
     if let milliseconds = environment["PD_FALLBACK_MS"].flatMap(Int.init) {
@@ -78,6 +85,12 @@ func run(_ arguments: [String]) -> ExitCode {
             // One write(2) per line, unbuffered: a line on the pipe is a commit that returned.
             try CrashWriter.run(path: arguments[1], seed: seed, options: options()) { number, entries in
                 say(CrashWriter.acknowledgement(number: number, entries: entries))
+            }
+        case ("power-writer", 3):
+            guard let seed = UInt64(arguments[2]) else { return .usage }
+            // The time is taken after the commit returned, then the line goes out in one write(2).
+            try CrashWriter.run(path: arguments[1], seed: seed, options: options()) { number, entries in
+                say(PowerCut.acknowledgement(number: number, entries: entries, time: PowerCut.monotonicNanoseconds()))
             }
         case ("hammer", 4):
             guard let threads = Int(arguments[2]), let count = Int(arguments[3]) else { return .usage }
