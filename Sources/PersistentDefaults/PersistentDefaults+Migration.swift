@@ -30,13 +30,17 @@ extension PersistentDefaults {
     public func migrate(to version: Int, _ description: String = "", _ body: (WriteTransaction) throws -> Void)
         throws -> Bool
     {
-        try write { transaction in
+        let migrated = try write { transaction in
             guard try transaction.migrationVersion() < version else { return false }
             try body(transaction)
             try transaction.recordMigration(
                 MigrationRecord(version: version, description: description, date: Date(), processID: getpid()))
             return true
         }
+        // In `.bounded` mode a migration is synced at once, like a store's creation: a power cut
+        // before the next interval must not leave it half on disk (see `StoreCore.init`).
+        if migrated, case .bounded = core.options.durability { try core.environment.sync() }
+        return migrated
     }
 
     /// The version the store's migrations reached; 0 before the first.

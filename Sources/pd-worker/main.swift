@@ -22,6 +22,8 @@ import PersistentDefaults
 //   pd-worker probe-read-only DIR KEY      opens read-only, prints the Int KEY, then tries a write
 //                                          and a writable open; prints what each did
 //
+//   pd-worker create-and-vanish DIR        creates a `.bounded` store and ends with _exit (no
+//                                          exit handlers, no close)
 //   pd-worker open-standard                PersistentDefaults.openStandard(); prints "opened PATH"
 //
 //   pd-worker bounded-exit DIR COUNT       makes DIR the standard store, `.bounded` with a one-hour
@@ -98,6 +100,13 @@ func run(_ arguments: [String]) -> ExitCode {
         case ("set-loop", 3):
             guard let threads = Int(arguments[2]) else { return .usage }
             try setLoop(path: arguments[1], threads: threads)
+        case ("create-and-vanish", 2):
+            // Creates a `.bounded` store (one-hour interval) and ends without any exit handler:
+            // only what the open itself synced is on disk for sure.
+            var bounded = options()
+            bounded.durability = .bounded(interval: .seconds(3600))
+            let store = try PersistentDefaults(path: arguments[1], options: bounded)
+            withExtendedLifetime(store) { _exit(0) }  // Never closed: no flush on the way out.
         case ("open-standard", 1):
             // PERSISTENT_DEFAULTS_PATH chooses the directory; the throwing form must throw.
             let store = try PersistentDefaults.openStandard()
