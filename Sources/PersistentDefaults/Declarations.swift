@@ -117,7 +117,7 @@ extension PersistentDefaults {
     /// and writes nothing. Declarations that differ (another type, another default: a
     /// migration) replace the recorded ones, all in one logged commit whose record has no value
     /// changes, so key observers are not called. A summary recorded earlier with
-    /// ``declare(_:summary:)`` is kept.
+    /// ``declare(_:summary:)-(Keys,_)`` is kept.
     ///
     /// Throws ``PersistentDefaultsError/invalidDeclaration(key:reason:)`` for a name longer than
     /// ``maximumDeclaredNameLength`` bytes or a key given twice with different types,
