@@ -75,9 +75,7 @@ import Testing
 
     @Test func anObserverRegisteredWhileOthersCommitMissesNoCommit() async throws {
         try await withTemporaryDirectoryAsync { path in
-            var options = PersistentDefaults.Options()
-            options.durability = .bounded(interval: .seconds(10))
-            let store = try PersistentDefaults(path: path, options: options)
+            let store = try boundedStore(at: path)
             let total = 3_000
             let finished = DispatchSemaphore(value: 0)
             Thread {
@@ -116,9 +114,7 @@ import Testing
 
     @Test func aFirstObserverRegisteredDuringACommitSeesIt() async throws {
         try await withTemporaryDirectoryAsync { path in
-            var options = PersistentDefaults.Options()
-            options.durability = .bounded(interval: .seconds(10))
-            let store = try PersistentDefaults(path: path, options: options)
+            let store = try boundedStore(at: path)
             var stuck = 0
             for round in 1...150 {
                 // The registry is empty each round; a commit races with the registration.

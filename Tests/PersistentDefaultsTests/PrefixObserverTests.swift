@@ -65,9 +65,7 @@ import Testing
 
     @Test func theAsyncSequenceLosesNoRecord() async throws {
         try await withTemporaryDirectoryAsync { path in
-            var options = PersistentDefaults.Options()
-            options.durability = .bounded(interval: .seconds(10))
-            let store = try PersistentDefaults(path: path, options: options)
+            let store = try boundedStore(at: path)
             let counter = PersistentDefaults.Key<Int>("fleet.counter", default: 0)
             let stream = store.updates(prefix: "fleet.")
             let total = 2_000
@@ -89,9 +87,7 @@ import Testing
 
     @Test func aConsumerThatFallsTooFarBehindSeesTheSequenceEndNotAGap() async throws {
         try await withTemporaryDirectoryAsync { path in
-            var options = PersistentDefaults.Options()
-            options.durability = .bounded(interval: .seconds(10))
-            let store = try PersistentDefaults(path: path, options: options)
+            let store = try boundedStore(at: path)
             let counter = PersistentDefaults.Key<Int>("fleet.counter", default: 0)
             let stream = store.updates(prefix: "fleet.", bufferLimit: 5)
             for value in 1...10 { store[counter] = value }

@@ -127,25 +127,8 @@ let canTrace: Bool = {
     @Test(.enabled(if: canTrace, "needs strace with ptrace permitted (tools/setup installs strace)"))
     func boundedCommitsOfAStoreNeverReleasedAreSyncedAtANormalExit() throws {
         try withTemporaryDirectory { path throws in
-            let trace = path + ".strace"
-            defer { try? FileManager.default.removeItem(atPath: trace) }
-            let result = try runProcess(
-                URL(fileURLWithPath: "/usr/bin/strace"),
-                [
-                    "-f", "-y", "-qq", "-o", trace, "-e", "trace=pwrite64,pwritev,write,writev,fdatasync,fsync,msync",
-                    productsDirectory.appendingPathComponent("pd-worker").path, "bounded-exit", path, "50",
-                ])
-            #expect(result.status == 0 && result.exitedNormally, "\(result.output)")
-            // Lines look like `1234  fdatasync(4</tmp/…/data.mdb>) = 0`: keep the call names.
-            let calls: [String] = try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n")
-                .filter { $0.contains("/data.mdb>") }
-                .compactMap { line in line.split(separator: " ").dropFirst().first }
-                .map { String($0.prefix { $0 != "(" }) }
-            let writes: Set<String> = ["pwrite64", "pwritev", "write", "writev"]
-            let syncs: Set<String> = ["fdatasync", "fsync", "msync"]
-            let lastWrite = try #require(calls.lastIndex { writes.contains($0) })
-            let lastSync = calls.lastIndex { syncs.contains($0) } ?? -1
-            #expect(lastSync > lastWrite, "the last data.mdb calls: \(calls.suffix(6))")
+            let calls = try dataFileCalls(of: ["bounded-exit", path, "50"], path: path)
+            #expect(try syncFollowsTheLastWrite(calls), "the last data.mdb calls: \(calls.suffix(6))")
             let store = try PersistentDefaults(path: path)
             #expect(store[PersistentDefaults.Key<Int>("k", default: 0)] == 50)
         }
@@ -156,25 +139,33 @@ let canTrace: Bool = {
     @Test(.enabled(if: canTrace, "needs strace with ptrace permitted (tools/setup installs strace)"))
     func aBoundedStoresCreationIsSyncedByTheOpen() throws {
         try withTemporaryDirectory { path throws in
-            let trace = path + ".strace"
-            defer { try? FileManager.default.removeItem(atPath: trace) }
-            let result = try runProcess(
-                URL(fileURLWithPath: "/usr/bin/strace"),
-                [
-                    "-f", "-y", "-qq", "-o", trace, "-e", "trace=pwrite64,pwritev,write,writev,fdatasync,fsync,msync",
-                    productsDirectory.appendingPathComponent("pd-worker").path, "create-and-vanish", path,
-                ])
-            #expect(result.status == 0 && result.exitedNormally, "\(result.output)")
-            let calls: [String] = try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n")
-                .filter { $0.contains("/data.mdb>") }
-                .compactMap { line in line.split(separator: " ").dropFirst().first }
-                .map { String($0.prefix { $0 != "(" }) }
-            let writes: Set<String> = ["pwrite64", "pwritev", "write", "writev"]
-            let syncs: Set<String> = ["fdatasync", "fsync", "msync"]
-            let lastWrite = try #require(calls.lastIndex { writes.contains($0) })
-            let lastSync = calls.lastIndex { syncs.contains($0) } ?? -1
-            #expect(lastSync > lastWrite, "the last data.mdb calls: \(calls.suffix(6))")
+            let calls = try dataFileCalls(of: ["create-and-vanish", path], path: path)
+            #expect(try syncFollowsTheLastWrite(calls), "the last data.mdb calls: \(calls.suffix(6))")
         }
+    }
+
+    /// Runs `pd-worker arguments` under strace; returns the names of its write and sync calls on
+    /// `data.mdb`, in order (lines look like `1234  fdatasync(4</tmp/…/data.mdb>) = 0`).
+    private func dataFileCalls(of arguments: [String], path: String) throws -> [String] {
+        let trace = path + ".strace"
+        defer { try? FileManager.default.removeItem(atPath: trace) }
+        let result = try runProcess(
+            URL(fileURLWithPath: "/usr/bin/strace"),
+            ["-f", "-y", "-qq", "-o", trace, "-e", "trace=pwrite64,pwritev,write,writev,fdatasync,fsync,msync"]
+                + [productsDirectory.appendingPathComponent("pd-worker").path] + arguments)
+        #expect(result.status == 0 && result.exitedNormally, "\(result.output)")
+        return try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n")
+            .filter { $0.contains("/data.mdb>") }
+            .compactMap { line in line.split(separator: " ").dropFirst().first }
+            .map { String($0.prefix { $0 != "(" }) }
+    }
+
+    /// Whether a sync of `data.mdb` comes after its last write.
+    private func syncFollowsTheLastWrite(_ calls: [String]) throws -> Bool {
+        let writes: Set<String> = ["pwrite64", "pwritev", "write", "writev"]
+        let syncs: Set<String> = ["fdatasync", "fsync", "msync"]
+        let lastWrite = try #require(calls.lastIndex { writes.contains($0) })
+        return (calls.lastIndex { syncs.contains($0) } ?? -1) > lastWrite
     }
 
     @Test func outOfRangeOptionsAreClampedNotFatal() throws {

@@ -30,6 +30,14 @@ func withTemporaryStore<R>(
     }
 }
 
+/// A store at `path` with bounded durability (a long interval): for tests that commit many times
+/// and are about order and delivery, not about disk syncs.
+func boundedStore(at path: String) throws -> PersistentDefaults {
+    var options = PersistentDefaults.Options()
+    options.durability = .bounded(interval: .seconds(10))
+    return try PersistentDefaults(path: path, options: options)
+}
+
 /// A value guarded by an `NSLock`: unlike `Synchronization.Mutex`, visible to ThreadSanitizer,
 /// so that a TSan run of the tests reports only real races.
 final class Guarded<Value: Sendable>: @unchecked Sendable {
