@@ -109,7 +109,8 @@ public enum Verb: String, Sendable, CaseIterable {
             ]
         case .watch:
             return [
-                OptionSpec("--prefix", value: "P", help: "only keys whose names start with P (compared as UTF-8 bytes)"),
+                OptionSpec(
+                    "--prefix", value: "P", help: "only keys whose names start with P (compared as UTF-8 bytes)"),
                 since, maxEvents, timeout, json,
             ]
         case .readers: return [OptionSpec("--clear-stale", help: "first free the slots of dead processes"), json]
