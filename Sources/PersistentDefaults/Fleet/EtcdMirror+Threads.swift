@@ -76,6 +76,7 @@ extension EtcdMirror {
         var endpoint = client.preferredIndex
         var failures = 0
         while !stopSignal.isRaised {
+            status.withLock { $0.watchEndpoint = endpoint }
             let connected = ContinuousClock.now
             var failure: String?
             let end = client.watch(

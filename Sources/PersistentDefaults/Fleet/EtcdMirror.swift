@@ -115,6 +115,8 @@ public final class EtcdMirror: Sendable {
         /// When contact with etcd was last written to `meta`.
         var contactRecorded = ContinuousClock.now
         var threadsStarted = false
+        /// The index of the endpoint the watch uses or tries next.
+        var watchEndpoint = 0
     }
 
     /// The etcd prefix read at `revision`, for `start()` to tell when the watch caught up.
