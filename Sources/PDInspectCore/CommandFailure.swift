@@ -21,6 +21,8 @@ struct CommandFailure: Error, Sendable, Equatable {
         case PersistentDefaultsError.invalidKeyName, PersistentDefaultsError.encodingFailed,
             PersistentDefaultsError.valueTooLarge, PersistentDefaultsError.ownedByMirror:
             self.init(.usage, "\(error)")
+        case EtcdMirrorError.invalidEndpoint, EtcdMirrorError.invalidPrefix:
+            self.init(.usage, "\(error)")
         default:
             self.init(.unavailable, "\(error)")
         }

@@ -63,7 +63,9 @@ struct MirrorFaultTests {
             try await waitUntil("the mirror applied the last write", timeout: .seconds(20)) {
                 mirror.appliedRevision >= last
             }
-            #expect(try localCopy(store, prefix: "fleet.") == etcdCopy(etcd, etcdPrefix: "/fleet/svc/", localPrefix: "fleet."))
+            #expect(
+                try localCopy(store, prefix: "fleet.")
+                    == etcdCopy(etcd, etcdPrefix: "/fleet/svc/", localPrefix: "fleet."))
             #expect(seen.withLock { $0.count } == 30)
             token.cancel()
             try await mirror.stop()
