@@ -48,6 +48,8 @@ let package = Package(
         .testTarget(
             name: "PersistentDefaultsTests",
             dependencies: ["PersistentDefaults", "PDReliability", "CLMDB", "pd-worker"]),
+        // Issue 16's example, compiled in a module that imports only PersistentDefaults.
+        .testTarget(name: "FleetContractTests", dependencies: ["PersistentDefaults"]),
         .testTarget(name: "pdinspectTests", dependencies: ["PDInspectCore", "PersistentDefaults", "pdinspect"]),
     ],
     swiftLanguageModes: [.v6]
