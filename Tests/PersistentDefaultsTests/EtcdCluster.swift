@@ -69,7 +69,7 @@ final class EtcdCluster: @unchecked Sendable {
             "--initial-cluster", cluster, "--initial-cluster-state", "new",
             "--initial-cluster-token", URL(fileURLWithPath: directory).lastPathComponent,
             "--experimental-watch-progress-notify-interval", "1s",
-            "--heartbeat-interval", "50", "--election-timeout", "500",
+            "--heartbeat-interval", "100", "--election-timeout", "1000",
         ]
         let logPath = "\(directory)/\(member.name).log"
         if !FileManager.default.fileExists(atPath: logPath) {

@@ -244,6 +244,9 @@ public final class EtcdMirror: Sendable {
 
     /// Stops following etcd. The local copy keeps the last values, still owned by the mirror
     /// (a new mirror of the same prefixes resumes after the recorded revision).
+    ///
+    /// A started mirror runs until this is called: its threads keep it alive, so releasing the
+    /// last reference does not stop it.
     public func stop() async throws {
         let (waiters, started) = status.withLock { status in
             status.state = .stopped
