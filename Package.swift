@@ -19,7 +19,14 @@ let package = Package(
         ),
         // Atomics on a mapped word and the futex system call, for the wake-up channel.
         .systemLibrary(name: "CPlatform", path: "Sources/CPlatform"),
-        .target(name: "PersistentDefaults", dependencies: ["CLMDB", "CPlatform"]),
+        // libcurl, for the etcd client of `EtcdMirror` (HTTP/1.1 to etcd's v3 JSON gateway).
+        .systemLibrary(
+            name: "CCurl",
+            path: "Sources/CCurl",
+            pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev"])]
+        ),
+        .target(name: "PersistentDefaults", dependencies: ["CLMDB", "CPlatform", "CCurl"]),
         .executableTarget(name: "pd-demo", dependencies: ["PersistentDefaults"]),
         .target(name: "PDReliability", dependencies: ["PersistentDefaults"]),
         .executableTarget(name: "pd-worker", dependencies: ["PersistentDefaults", "PDReliability"]),
@@ -42,6 +49,8 @@ let package = Package(
         .testTarget(
             name: "PersistentDefaultsTests",
             dependencies: ["PersistentDefaults", "PDReliability", "CLMDB", "pd-worker", "pd-power-cut", "pdinspect"]),
+        // Issue 16's example, compiled in a module that imports only PersistentDefaults.
+        .testTarget(name: "FleetContractTests", dependencies: ["PersistentDefaults"]),
         .testTarget(name: "pdinspectTests", dependencies: ["PDInspectCore", "PersistentDefaults", "pdinspect"]),
     ],
     swiftLanguageModes: [.v6]

@@ -124,5 +124,15 @@ func computeRatios(_ rows: [Measurement]) -> [Ratio] {
                 name: "idle observing process, CPU", target: "≤ 0.02 % of a core",
                 measured: "\((idle * 1000).rounded() / 1000) %", verdict: idle <= 0.02 ? "MET" : "MISSED"))
     }
+    ratio(
+        "read of a mirrored key / of any other key", target: "≤ 1.02×", p50("fleet/get-mirrored-key"),
+        p50("fleet/get-other-key"), describe: "(p50)", met: { $0 <= 1.02 })
+    if let delay = byName["fleet/put-to-observer"]?.summary {
+        ratios.append(
+            Ratio(
+                name: "etcd put to an observer on another host (loopback)", target: "p99 ≤ 25 ms",
+                measured: "p50 " + formatDuration(delay.p50) + ", p99 " + formatDuration(delay.p99),
+                verdict: delay.p99 <= 25_000_000 ? "MET" : "MISSED"))
+    }
     return ratios
 }

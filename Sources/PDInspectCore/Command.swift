@@ -40,6 +40,9 @@ public enum Command: Sendable, Equatable {
     case compact(database: String, destination: String, format: OutputFormat)
     /// Print the reader lock table, after freeing stale slots when `clearStale` is set.
     case readers(database: String, clearStale: Bool, format: OutputFormat)
+    /// Mirror the etcd prefix `etcdPrefix` into the local prefix `localPrefix` (see
+    /// `EtcdMirror`) until SIGINT or SIGTERM, or for `timeout` seconds.
+    case mirror(database: String, endpoints: [String], etcdPrefix: String, localPrefix: String, timeout: Double? = nil)
 }
 
 /// How a reading verb prints its result.

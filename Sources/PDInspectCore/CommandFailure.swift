@@ -19,7 +19,9 @@ struct CommandFailure: Error, Sendable, Equatable {
         case let usage as UsageError:
             self.init(.usage, usage.description)
         case PersistentDefaultsError.invalidKeyName, PersistentDefaultsError.encodingFailed,
-            PersistentDefaultsError.valueTooLarge:
+            PersistentDefaultsError.valueTooLarge, PersistentDefaultsError.ownedByMirror:
+            self.init(.usage, "\(error)")
+        case EtcdMirrorError.invalidEndpoint, EtcdMirrorError.invalidPrefix:
             self.init(.usage, "\(error)")
         default:
             self.init(.unavailable, "\(error)")

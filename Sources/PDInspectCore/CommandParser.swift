@@ -107,6 +107,22 @@ public enum CommandParser {
         case .readers:
             let database = try arguments.positionals(["DB"])[0]
             return .readers(database: database, clearStale: arguments.flag("--clear-stale"), format: format)
+        case .mirror:
+            let database = try arguments.positionals(["DB"])[0]
+            var required: [String] = []
+            for option in ["--etcd", "--etcd-prefix", "--local-prefix"] {
+                guard let value = arguments.value(option), !value.isEmpty else {
+                    throw UsageError("mirror needs \(option)", verb: verb)
+                }
+                required.append(value)
+            }
+            let endpoints = required[0].split(separator: ",").map { String($0) }
+            for endpoint in endpoints where !(endpoint.hasPrefix("http://")) {
+                throw UsageError("--etcd takes http://HOST:PORT URLs, not '\(endpoint)'", verb: verb)
+            }
+            return .mirror(
+                database: database, endpoints: endpoints, etcdPrefix: required[1], localPrefix: required[2],
+                timeout: try arguments.timeout())
         }
     }
 

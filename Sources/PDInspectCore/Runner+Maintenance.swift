@@ -1,5 +1,5 @@
 import Foundation
-import PersistentDefaults
+@_spi(Inspect) import PersistentDefaults
 
 #if canImport(Glibc)
     import Glibc
@@ -24,6 +24,15 @@ private struct StatReport: Encodable {
     var readers, maxReaders: Int
     var values, log: Database
     var dataFileSize, lockFileSize: Int
+    var mirrors: [Mirror]
+
+    /// A prefix an etcd mirror owns.
+    struct Mirror: Encodable {
+        var localPrefix, etcdPrefix: String
+        var endpoints: [String]
+        var revision: Int64
+        var lastApplied, lastContact: String?
+    }
 }
 
 /// One record of `log --json`, or one change of `watch --json`.
@@ -82,6 +91,7 @@ private struct ReadersReport: Encodable {
 extension Runner {
     func stat(_ store: PersistentDefaults, format: OutputFormat) throws {
         let stats = try store.statistics()
+        let mirrors = try store.mirroredPrefixes()
         if format == .json {
             func database(_ stats: DatabaseStatistics) -> StatReport.Database {
                 .init(
@@ -95,7 +105,13 @@ extension Runner {
                     lastLogSequence: stats.logRange?.upperBound, mapSize: stats.mapSize, usedBytes: stats.usedBytes,
                     pageSize: stats.pageSize, lastTransactionID: stats.lastTransactionID, readers: stats.readers,
                     maxReaders: stats.maxReaders, values: database(stats.values), log: database(stats.log),
-                    dataFileSize: stats.dataFileSize, lockFileSize: stats.lockFileSize))
+                    dataFileSize: stats.dataFileSize, lockFileSize: stats.lockFileSize,
+                    mirrors: mirrors.map {
+                        StatReport.Mirror(
+                            localPrefix: $0.localPrefix, etcdPrefix: $0.etcdPrefix, endpoints: $0.endpoints,
+                            revision: $0.revision, lastApplied: $0.lastApplied.map(TextTable.timestamp),
+                            lastContact: $0.lastContact.map(TextTable.timestamp))
+                    }))
             return
         }
         let percent = stats.mapSize > 0 ? Int((Double(stats.usedBytes) / Double(stats.mapSize) * 100).rounded()) : 0
@@ -119,7 +135,20 @@ extension Runner {
             ["data.mdb", TextTable.bytes(stats.dataFileSize)],
             ["lock.mdb", TextTable.bytes(stats.lockFileSize)],
         ]
-        console.print(TextTable.render(rows))
+        let mirrorRows = mirrors.flatMap { mirror in
+            [
+                [
+                    "mirror",
+                    "\(mirror.localPrefix) ← etcd \(mirror.etcdPrefix) (\(mirror.endpoints.joined(separator: ",")))",
+                ],
+                [
+                    "  applied revision",
+                    "\(mirror.revision)" + (mirror.lastApplied.map { " at \(TextTable.timestamp($0))" } ?? ""),
+                ],
+                ["  last contact", mirror.lastContact.map(TextTable.timestamp) ?? "never"],
+            ]
+        }
+        console.print(TextTable.render(rows + mirrorRows))
     }
 
     func log(_ store: PersistentDefaults, range: LogRange, follow: FollowOptions?, format: OutputFormat) throws {

@@ -1,5 +1,5 @@
 import Foundation
-import PersistentDefaults
+@_spi(Inspect) import PersistentDefaults
 
 #if canImport(Glibc)
     import Glibc

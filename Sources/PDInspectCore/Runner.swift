@@ -74,6 +74,10 @@ public struct Runner: Sendable {
             try compact(try open(database), path: database, into: destination, format: format)
         case .readers(let database, let clearStale, let format):
             try readers(try open(database), clearStale: clearStale, format: format)
+        case .mirror(let database, let endpoints, let etcdPrefix, let localPrefix, let timeout):
+            try mirror(
+                try PersistentDefaults(path: database), endpoints: endpoints, etcdPrefix: etcdPrefix,
+                localPrefix: localPrefix, timeout: timeout)
         }
     }
 

@@ -1,5 +1,5 @@
 import Foundation
-import PersistentDefaults
+@_spi(Inspect) import PersistentDefaults
 
 /// The types `pdinspect set --type T` accepts, and how each parses its text.
 public enum ValueType: String, Sendable, CaseIterable {

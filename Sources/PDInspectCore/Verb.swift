@@ -28,6 +28,8 @@ public enum Verb: String, Sendable, CaseIterable {
     case compact
     /// `readers DB [--clear-stale]`
     case readers
+    /// `mirror DB --etcd URL[,URL] --etcd-prefix P --local-prefix L`
+    case mirror
 
     /// The arguments after the verb, as the help prints them.
     public var synopsis: String {
@@ -46,6 +48,7 @@ public enum Verb: String, Sendable, CaseIterable {
         case .check: "DB [--json]"
         case .compact: "DB OUT [--json]"
         case .readers: "DB [--clear-stale] [--json]"
+        case .mirror: "DB --etcd URL[,URL] --etcd-prefix P --local-prefix L"
         }
     }
 
@@ -66,13 +69,14 @@ public enum Verb: String, Sendable, CaseIterable {
         case .check: "verify that every value decodes and the log is consistent (exit 1 if not)"
         case .compact: "write a compacted copy of the store into the directory OUT"
         case .readers: "the reader lock table"
+        case .mirror: "make keys under L follow etcd keys under P, until SIGINT or SIGTERM"
         }
     }
 
     /// Whether the verb only reads, so the store is opened read-only.
     public var isReadOnly: Bool {
         switch self {
-        case .set, .delete, .import: false
+        case .set, .delete, .import, .mirror: false
         default: true
         }
     }
@@ -114,6 +118,13 @@ public enum Verb: String, Sendable, CaseIterable {
                 since, maxEvents, timeout, json,
             ]
         case .readers: return [OptionSpec("--clear-stale", help: "first free the slots of dead processes"), json]
+        case .mirror:
+            return [
+                OptionSpec("--etcd", value: "URL[,URL]", help: "etcd client URLs (http://HOST:PORT), comma-separated"),
+                OptionSpec("--etcd-prefix", value: "P", help: "the etcd keys mirrored start with P"),
+                OptionSpec("--local-prefix", value: "L", help: "local key L<name> follows etcd key P<name>"),
+                timeout,
+            ]
         }
     }
 
@@ -162,6 +173,16 @@ public enum Verb: String, Sendable, CaseIterable {
             """
         case .compact:
             "OUT is created when missing and must be empty; the copy leaves out free pages."
+        case .mirror:
+            """
+            Creates DB when missing. Copies the etcd prefix at one revision in one commit, then applies
+            each etcd revision as one commit, resuming after the revision recorded in DB. Keys under L
+            are then owned by the mirror: set, delete and import refuse them. Values in etcd are the
+            typed JSON of one value, as export writes it:
+              etcdctl put /fleet/myservice/maxConnections '{"type":"int","value":300}'
+            Prints each change of state (live, reconnecting) on standard error. Runs until SIGINT or
+            SIGTERM (a systemd service), or --timeout SECONDS.
+            """
         default: ""
         }
     }

@@ -173,7 +173,7 @@ extension PersistentDefaultsError {
     /// request of a group-committed batch (it is thrown before the request writes anything).
     var concernsOnlyItsRequest: Bool {
         switch self {
-        case .invalidKeyName, .encodingFailed, .decodingFailed, .valueTooLarge: true
+        case .invalidKeyName, .encodingFailed, .decodingFailed, .valueTooLarge, .ownedByMirror: true
         default: false
         }
     }

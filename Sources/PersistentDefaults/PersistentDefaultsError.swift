@@ -37,6 +37,14 @@ public enum PersistentDefaultsError: Error, Sendable, Equatable, CustomStringCon
     case valueTooLarge(key: String, size: Int, limit: Int)
     /// A key cannot be declared as asked (`PersistentDefaults.declare`): `reason` says why.
     case invalidDeclaration(key: String, reason: String)
+    /// An ``EtcdMirror`` owns `key` (its name starts with the mirror's `localPrefix`): only the
+    /// mirror writes it, following etcd. Write it through the mirror (``EtcdMirror/set(_:for:)``)
+    /// or in etcd (`etcdctl put <etcdPrefix><name>`); nothing was written.
+    case ownedByMirror(key: String, localPrefix: String, etcdPrefix: String)
+    /// Reported (not thrown) by an ``EtcdMirror`` whose consistency check found the local copy
+    /// of `localPrefix` different from etcd at `revision` — a change the watch did not deliver —
+    /// and made it equal, changing `keys` in one commit.
+    case mirrorRepaired(localPrefix: String, revision: Int64, keys: [String])
 
     /// The LMDB code, when the error came from LMDB or the file system.
     public var code: LMDBResultCode? {
@@ -77,6 +85,12 @@ public enum PersistentDefaultsError: Error, Sendable, Equatable, CustomStringCon
                 + "nothing was written"
         case .invalidDeclaration(let key, let reason):
             "key \"\(key)\" cannot be declared: \(reason)"
+        case .ownedByMirror(let key, let localPrefix, let etcdPrefix):
+            "key \"\(key)\" is mirrored from etcd (local prefix \"\(localPrefix)\" follows etcd prefix "
+                + "\"\(etcdPrefix)\"); write it through the EtcdMirror or in etcd; nothing was written"
+        case .mirrorRepaired(let localPrefix, let revision, let keys):
+            "the mirror of \"\(localPrefix)\" differed from etcd at revision \(revision) and was repaired: "
+                + keys.prefix(10).joined(separator: ", ") + (keys.count > 10 ? " … (\(keys.count) keys)" : "")
         }
     }
 }

@@ -25,6 +25,11 @@ public final class WriteTransaction {
     /// Log a record even when no value changed: the transaction changed what the log must
     /// account for, such as key declarations in `meta`.
     var logsWithoutValueChanges = false
+    /// Set by an ``EtcdMirror`` applying etcd's changes: only such a transaction may write the
+    /// keys a mirror owns.
+    var appliesMirror = false
+    /// The prefixes that mirrors own, read from `meta` at the first write of a value.
+    var mirrorOwners: [(localPrefix: [UInt8], record: [UInt8])]?
 
     init(core: StoreCore, transaction: Transaction) {
         self.core = core
@@ -199,6 +204,7 @@ public final class WriteTransaction {
     /// write of a value goes through here, so the size limit is checked here.
     func replace(_ key: PersistentDefaults.Keys, with bytes: [UInt8]?, in transaction: Transaction) throws {
         if let bytes { try core.checkSize(bytes, of: key.name) }
+        try checkNotMirrored(key, in: transaction)
         guard bytes != (try self.bytes(of: key, in: transaction)).new else { return }
         try key.nameBytes.withUnsafeBytes { name in
             if let bytes {

@@ -98,6 +98,19 @@ struct CommandParserTests {
             expected: .import(database: "db", file: "in.json", replace: true)),
         .init(arguments: ["stat", "db"], expected: .stat(database: "db", format: .human)),
         .init(
+            arguments: [
+                "mirror", "db", "--etcd", "http://a:1,http://b:2", "--etcd-prefix", "/f/", "--local-prefix", "f.",
+            ],
+            expected: .mirror(
+                database: "db", endpoints: ["http://a:1", "http://b:2"], etcdPrefix: "/f/", localPrefix: "f.")
+        ),
+        .init(
+            arguments: [
+                "mirror", "db", "--local-prefix=f.", "--etcd=http://a:1", "--etcd-prefix", "/f/", "--timeout", "2",
+            ],
+            expected: .mirror(
+                database: "db", endpoints: ["http://a:1"], etcdPrefix: "/f/", localPrefix: "f.", timeout: 2)),
+        .init(
             arguments: ["log", "db"], expected: .log(database: "db", range: LogRange(), follow: nil, format: .human)),
         .init(
             arguments: ["log", "db", "--since", "4", "--limit", "2", "--json"],
@@ -191,6 +204,20 @@ struct CommandParserTests {
             message: "--prefix is longer than any key can be"),
         .init(arguments: ["compact", "db"], message: "missing OUT"),
         .init(arguments: ["readers", "db", "--clear"], message: "did you mean '--clear-stale'?"),
+        .init(
+            arguments: ["mirror", "db", "--etcd-prefix", "/f/", "--local-prefix", "f."], message: "mirror needs --etcd"),
+        .init(
+            arguments: ["mirror", "db", "--etcd", "http://h:1", "--local-prefix", "f."],
+            message: "mirror needs --etcd-prefix"),
+        .init(
+            arguments: ["mirror", "db", "--etcd", "http://h:1", "--etcd-prefix", "/f/"],
+            message: "mirror needs --local-prefix"),
+        .init(
+            arguments: ["mirror", "db", "--etcd", "h:2379", "--etcd-prefix", "/f/", "--local-prefix", "f."],
+            message: "--etcd takes http://HOST:PORT URLs, not 'h:2379'"),
+        .init(
+            arguments: ["mirror", "db", "--etcd", "http://h:1", "--etcd-prefx", "/f/", "--local-prefix", "f."],
+            message: "did you mean '--etcd-prefix'?"),
     ]
 
     @Test(arguments: refused)

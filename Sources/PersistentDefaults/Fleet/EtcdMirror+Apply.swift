@@ -1,0 +1,207 @@
+import Foundation
+
+/// How the mirror changes the store. Every function here runs on one of the mirror's own threads
+/// (or a request thread), never in an async context: each is one synchronous LMDB write
+/// transaction, begun and ended on that thread.
+extension EtcdMirror {
+    /// Applies the events of one etcd revision in one transaction, unless the store already
+    /// holds that revision (another process of this host applied it).
+    func apply(revision: Int64, events: [EtcdWatchMessage.Event], clusterID: String) throws {
+        var failures: [PersistentDefaultsError] = []
+        let core = store.core
+        let recorded: Int64 = try core.write { writer in
+            writer.appliesMirror = true
+            failures.removeAll()  // The body runs again when the map grows.
+            let transaction = try writer.live()
+            var record = try ownRecord(in: transaction)
+            guard record.revision < revision else { return record.revision }
+            for event in events {
+                guard let name = localName(ofEtcdKey: event.kv.key) else { continue }
+                let key = PersistentDefaults.Keys(name: String(decoding: name, as: UTF8.self))
+                do {
+                    try key.validate()
+                    if event.isDelete {
+                        try writer.replace(key, with: nil, in: transaction)
+                    } else {
+                        let bytes = try parse(event.kv.value, name: key.name, etcdKey: event.kv.key, revision: revision)
+                        try core.checkSize(bytes, of: key.name)
+                        try writer.replace(key, with: bytes, in: transaction)
+                    }
+                } catch let error as PersistentDefaultsError
+                    where error.concernsOnlyItsRequest
+                {
+                    failures.append(error)
+                }
+            }
+            record.revision = revision
+            record.clusterID = clusterID.isEmpty ? record.clusterID : clusterID
+            record.applied = Date()
+            record.contact = record.applied
+            try core.recordMirror(record, localPrefix: localPrefixBytes, in: transaction)
+            // One etcd revision, one logged commit, also when no value changed.
+            writer.logsWithoutValueChanges = true
+            return revision
+        }
+        for failure in failures { core.reporter.report(failure) }
+        status.withLock { $0.contactRecorded = .now }
+        noteApplied(recorded)
+    }
+
+    /// Makes the local copy equal to `snapshot` (etcd's prefix at one revision) in one
+    /// transaction. Applied only when the store holds an older revision (or one of another
+    /// cluster) — or, for a repair (`repairAt`), exactly that revision. Returns the names it
+    /// changed, nil when it applied nothing because the store moved on.
+    @discardableResult
+    func applySnapshot(_ snapshot: EtcdRangeResponse, repairAt: Int64? = nil) throws -> [String]? {
+        let revision = snapshot.header.revision
+        let (wanted, failures) = desiredValues(snapshot)
+        let core = store.core
+        var changed: [String] = []
+        let recorded: Int64? = try core.write { writer in
+            writer.appliesMirror = true
+            changed.removeAll()
+            let transaction = try writer.live()
+            var record = try ownRecord(in: transaction)
+            let sameCluster = record.clusterID.isEmpty || record.clusterID == snapshot.header.clusterID
+            if let repairAt {
+                guard record.revision == repairAt, sameCluster else { return nil }
+            } else {
+                guard record.revision < revision || !sameCluster else { return record.revision }
+            }
+            for name in try localNames(in: transaction) where wanted.values[name] == nil {
+                // A key whose etcd value does not parse keeps its last good value.
+                guard !wanted.unparsable.contains(name) else { continue }
+                let key = PersistentDefaults.Keys(name: String(decoding: name, as: UTF8.self))
+                try writer.replace(key, with: nil, in: transaction)
+                changed.append(key.name)
+            }
+            for (name, bytes) in wanted.values.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
+                let key = PersistentDefaults.Keys(name: String(decoding: name, as: UTF8.self))
+                if try core.encodedValue(named: name, in: transaction) != bytes {
+                    try writer.replace(key, with: bytes, in: transaction)
+                    changed.append(key.name)
+                }
+            }
+            if repairAt == nil {
+                record.revision = revision
+                record.clusterID = snapshot.header.clusterID
+                record.applied = Date()
+            }
+            record.contact = Date()
+            try core.recordMirror(record, localPrefix: localPrefixBytes, in: transaction)
+            writer.logsWithoutValueChanges = repairAt == nil || !changed.isEmpty
+            return repairAt ?? revision
+        }
+        for failure in failures { core.reporter.report(failure) }
+        guard let recorded else { return nil }
+        status.withLock { $0.contactRecorded = .now }
+        noteApplied(recorded)
+        return changed
+    }
+
+    /// The values a snapshot asks for, by local name, and the names whose value does not parse
+    /// (reported, left as they are).
+    func desiredValues(_ snapshot: EtcdRangeResponse) -> (CatchUp, [PersistentDefaultsError]) {
+        var wanted = CatchUp(revision: snapshot.header.revision, values: [:], unparsable: [])
+        var failures: [PersistentDefaultsError] = []
+        for kv in snapshot.kvs {
+            guard let name = localName(ofEtcdKey: kv.key) else { continue }
+            let key = PersistentDefaults.Keys(name: String(decoding: name, as: UTF8.self))
+            do {
+                try key.validate()
+                let bytes = try parse(kv.value, name: key.name, etcdKey: kv.key, revision: kv.modRevision)
+                try store.core.checkSize(bytes, of: key.name)
+                wanted.values[name] = bytes
+            } catch {
+                wanted.unparsable.insert(name)
+                failures.append(
+                    error as? PersistentDefaultsError ?? .decodingFailed(key: key.name, type: "", reason: "\(error)"))
+            }
+        }
+        return (wanted, failures)
+    }
+
+    /// Whether the local copy holds exactly the values of `wanted` (ignoring unparsable ones).
+    func localCopyMatches(_ wanted: CatchUp) throws -> Bool {
+        try store.core.environment.withRead { transaction in
+            var seen = 0
+            var matches = true
+            try localPrefixBytes.withUnsafeBytes { start in
+                try transaction.forEach(store.core.databases.values, from: start) { key, value in
+                    guard key.starts(with: localPrefixBytes) else { return false }
+                    let name = Array(key)
+                    if wanted.unparsable.contains(name) { return true }
+                    guard let expected = wanted.values[name], expected.elementsEqual(value) else {
+                        matches = false
+                        return false
+                    }
+                    seen += 1
+                    return true
+                }
+            }
+            let expectedCount = wanted.values.keys.count { !wanted.unparsable.contains($0) }
+            return matches && seen == expectedCount
+        }
+    }
+
+    /// The names under the local prefix, in byte order.
+    private func localNames(in transaction: Transaction) throws -> [[UInt8]] {
+        var names: [[UInt8]] = []
+        try localPrefixBytes.withUnsafeBytes { start in
+            try transaction.forEach(store.core.databases.values, from: start) { key, _ in
+                guard key.starts(with: localPrefixBytes) else { return false }
+                names.append(Array(key))
+                return true
+            }
+        }
+        return names
+    }
+
+    /// This mirror's record; one made from scratch if another tool removed it.
+    func ownRecord(in transaction: Transaction) throws -> MirrorRecord {
+        try store.core.mirrorRecord(localPrefix: localPrefixBytes, in: transaction)
+            ?? MirrorRecord(etcdPrefix: etcdPrefix, endpoints: client.endpoints)
+    }
+
+    /// The stored bytes of an etcd value in the typed JSON form.
+    private func parse(_ value: Data, name: String, etcdKey: Data, revision: Int64) throws -> [UInt8] {
+        do {
+            return try StoredValue(typedJSON: value).bytes
+        } catch {
+            throw PersistentDefaultsError.decodingFailed(
+                key: name,
+                type: "a value from etcd (key \(String(decoding: etcdKey, as: UTF8.self)), revision \(revision))",
+                reason: "\(error.description); the key keeps its last value")
+        }
+    }
+
+    /// Writes the time of the last contact with etcd (and the revision a progress notification
+    /// vouched for) to `meta`, at most every ``Options/contactRecordInterval``.
+    func recordContact(progressRevision: Int64?) {
+        let due = status.withLock { status in
+            guard ContinuousClock.now - status.contactRecorded >= options.contactRecordInterval else { return false }
+            status.contactRecorded = .now
+            return true
+        }
+        guard due else { return }
+        do {
+            let core = store.core
+            let recorded: Int64 = try core.write { writer in
+                let transaction = try writer.live()
+                var record = try ownRecord(in: transaction)
+                record.contact = Date()
+                // Every change of the prefix up to a progress notification's revision was
+                // delivered: resuming after it loses nothing and avoids a re-read after a
+                // compaction of an idle prefix. It changes no value, so it is not logged.
+                if let progressRevision, progressRevision > record.revision, record.revision > 0 {
+                    record.revision = progressRevision
+                }
+                try core.recordMirror(record, localPrefix: localPrefixBytes, in: transaction)
+                return record.revision
+            }
+            noteApplied(recorded)
+        } catch {
+            store.core.reporter.report(error)
+        }
+    }
+}

@@ -1,0 +1,128 @@
+import Foundation
+
+/// A prefix of the store that an ``EtcdMirror`` owns, as recorded in the store's `meta`
+/// database: what `pdinspect stat` shows.
+///
+/// ```swift
+/// for mirror in try store.mirroredPrefixes() {
+///     print(mirror.localPrefix, "←", mirror.etcdPrefix, "revision", mirror.revision)
+/// }
+/// ```
+public struct MirroredPrefix: Sendable, Equatable {
+    /// The local key names the mirror owns start with this.
+    public let localPrefix: String
+    /// The etcd keys mirrored start with this.
+    public let etcdPrefix: String
+    /// The endpoints the mirror was last created with.
+    public let endpoints: [String]
+    /// The etcd cluster the revision belongs to (its `cluster_id`); empty before the first copy.
+    public let clusterID: String
+    /// The etcd revision the local copy reflects; 0 before the first copy.
+    public let revision: Int64
+    /// When a revision was last applied.
+    public let lastApplied: Date?
+    /// When a mirror last heard from etcd, as recorded (at most ``EtcdMirror/Options/contactRecordInterval`` old
+    /// while a mirror runs and etcd answers).
+    public let lastContact: Date?
+}
+
+/// The JSON of a `mirror/<local prefix>` entry in `meta` (sorted keys).
+struct MirrorRecord: Codable, Equatable {
+    var etcdPrefix: String
+    var endpoints: [String]
+    var clusterID: String = ""
+    var revision: Int64 = 0
+    /// Seconds since 2001-01-01 (`JSONEncoder`'s default), as every date in `meta`.
+    var applied: Date?
+    var contact: Date?
+}
+
+extension StoreCore {
+    /// Meta keys of mirrored prefixes: this, then the local prefix's UTF-8 bytes.
+    static let mirrorKeyPrefix = Array("mirror/".utf8)
+
+    private static let mirrorEncoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }()
+
+    /// The record of the mirror owning `localPrefix`; nil when there is none.
+    func mirrorRecord(localPrefix: [UInt8], in transaction: Transaction) throws -> MirrorRecord? {
+        try (Self.mirrorKeyPrefix + localPrefix).withUnsafeBytes { key in
+            try transaction.withValue(databases.meta, key) { value in
+                try value.map { try Self.decodeMirrorRecord($0, localPrefix: localPrefix) }
+            }
+        }
+    }
+
+    /// Writes the record of the mirror owning `localPrefix`.
+    func recordMirror(_ record: MirrorRecord, localPrefix: [UInt8], in transaction: Transaction) throws {
+        let encoded = Array(try Self.mirrorEncoder.encode(record))
+        try (Self.mirrorKeyPrefix + localPrefix).withUnsafeBytes { key in
+            try encoded.withUnsafeBytes { try transaction.put(databases.meta, key, $0) }
+        }
+    }
+
+    /// Removes the record of the mirror owning `localPrefix`; returns whether there was one.
+    func removeMirrorRecord(localPrefix: [UInt8], in transaction: Transaction) throws -> Bool {
+        try (Self.mirrorKeyPrefix + localPrefix).withUnsafeBytes { try transaction.delete(databases.meta, $0) }
+    }
+
+    /// The local prefixes owned by mirrors, in byte order, with their raw records.
+    func mirroredPrefixes(in transaction: Transaction) throws -> [(localPrefix: [UInt8], record: [UInt8])] {
+        var found: [(localPrefix: [UInt8], record: [UInt8])] = []
+        try Self.mirrorKeyPrefix.withUnsafeBytes { start in
+            try transaction.forEach(databases.meta, from: start) { key, value in
+                guard key.starts(with: Self.mirrorKeyPrefix) else { return false }
+                found.append((Array(key.dropFirst(Self.mirrorKeyPrefix.count)), Array(value)))
+                return true
+            }
+        }
+        return found
+    }
+
+    static func decodeMirrorRecord(_ value: UnsafeRawBufferPointer, localPrefix: [UInt8]) throws -> MirrorRecord {
+        do {
+            return try JSONCoding.decoder.decode(MirrorRecord.self, from: Data(value))
+        } catch {
+            throw PersistentDefaultsError.decodingFailed(
+                key: String(decoding: localPrefix, as: UTF8.self), type: "MirrorRecord",
+                reason: "the mirror record in meta: \(error)")
+        }
+    }
+
+    static func decodeMirrorRecord(_ value: [UInt8], localPrefix: [UInt8]) throws -> MirrorRecord {
+        try value.withUnsafeBytes { try decodeMirrorRecord($0, localPrefix: localPrefix) }
+    }
+}
+
+extension PersistentDefaults {
+    /// The prefixes of this store that etcd mirrors own (see ``EtcdMirror``), by local prefix.
+    public func mirroredPrefixes() throws -> [MirroredPrefix] {
+        try core.environment.withRead { transaction in
+            try core.mirroredPrefixes(in: transaction).map { entry in
+                let record = try StoreCore.decodeMirrorRecord(entry.record, localPrefix: entry.localPrefix)
+                return MirroredPrefix(
+                    localPrefix: String(decoding: entry.localPrefix, as: UTF8.self), etcdPrefix: record.etcdPrefix,
+                    endpoints: record.endpoints, clusterID: record.clusterID, revision: record.revision,
+                    lastApplied: record.applied, lastContact: record.contact)
+            }
+        }
+    }
+}
+
+extension WriteTransaction {
+    /// Throws ``PersistentDefaultsError/ownedByMirror(key:localPrefix:etcdPrefix:)`` when a mirror
+    /// owns `name` and this is not a mirror's own transaction. The owners are read once per
+    /// transaction: one cursor step in `meta` when no mirror is recorded.
+    func checkNotMirrored(_ key: PersistentDefaults.Keys, in transaction: Transaction) throws {
+        guard !appliesMirror else { return }
+        if mirrorOwners == nil { mirrorOwners = try core.mirroredPrefixes(in: transaction) }
+        guard let owner = mirrorOwners?.first(where: { key.nameBytes.starts(with: $0.localPrefix) }) else { return }
+        let etcdPrefix = (try? StoreCore.decodeMirrorRecord(owner.record, localPrefix: owner.localPrefix))?.etcdPrefix
+        throw PersistentDefaultsError.ownedByMirror(
+            key: key.name, localPrefix: String(decoding: owner.localPrefix, as: UTF8.self),
+            etcdPrefix: etcdPrefix ?? "?")
+    }
+}

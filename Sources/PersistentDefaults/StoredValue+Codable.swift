@@ -1,0 +1,194 @@
+import Foundation
+
+/// A stored value as JSON that keeps its type: `{"type":"int","value":300}` — one value of a
+/// `pdinspect export` file, and the form of a value in etcd for an ``EtcdMirror``.
+///
+/// ```swift
+/// let value = try JSONDecoder().decode(StoredValue.self, from: Data(#"{"type":"int","value":300}"#.utf8))
+/// // .int(300)
+/// ```
+///
+/// `type` is a tag name (``StoredValue/Tag``); `value` is: data as base64, a date as seconds
+/// since 1970, a URL or UUID as a string, a json value embedded as JSON, null as `null`. With
+/// `JSONEncoder`'s default strategy a non-finite double does not encode; ``typedJSON`` writes
+/// the strings `inf`, `-inf` and `nan`, and ``init(typedJSON:)`` reads them.
+extension StoredValue: Codable {
+    private enum CodingKeys: String, CodingKey {
+        case type, value
+    }
+
+    /// Encodes the value in its typed JSON form.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(tag.description, forKey: .type)
+        switch self {
+        case .null: try container.encodeNil(forKey: .value)
+        case .bool(let bool): try container.encode(bool, forKey: .value)
+        case .int(let int): try container.encode(int, forKey: .value)
+        case .uint(let uint): try container.encode(uint, forKey: .value)
+        case .double(let double): try container.encode(double, forKey: .value)
+        case .string(let string): try container.encode(string, forKey: .value)
+        case .data(let data): try container.encode(data.base64EncodedString(), forKey: .value)
+        case .date(let date): try container.encode(date.timeIntervalSince1970, forKey: .value)
+        case .url(let url): try container.encode(url.absoluteString, forKey: .value)
+        case .uuid(let uuid): try container.encode(uuid.uuidString, forKey: .value)
+        case .json(let text):
+            guard let json = JSONValue.parse(text) else {
+                throw EncodingError.invalidValue(
+                    text, .init(codingPath: container.codingPath, debugDescription: "the stored JSON does not parse"))
+            }
+            try container.encode(json, forKey: .value)
+        }
+    }
+
+    /// Decodes a value from its typed JSON form.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        let name = try container.decode(String.self, forKey: .type)
+        guard let tag = Tag.allCases.first(where: { $0.description == name }) else {
+            throw DecodingError.dataCorruptedError(
+                forKey: .type, in: container,
+                debugDescription:
+                    "unknown type '\(name)' (one of \(Tag.allCases.map(\.description).joined(separator: ", ")))")
+        }
+        func text() throws -> String { try container.decode(String.self, forKey: .value) }
+        func invalid(_ what: String) -> DecodingError {
+            .dataCorruptedError(forKey: .value, in: container, debugDescription: "not \(what)")
+        }
+        switch tag {
+        case .null:
+            guard try container.decodeNil(forKey: .value) else { throw invalid("null") }
+            self = .null
+        case .bool: self = .bool(try container.decode(Bool.self, forKey: .value))
+        case .int: self = .int(try container.decode(Int64.self, forKey: .value))
+        case .uint: self = .uint(try container.decode(UInt64.self, forKey: .value))
+        case .double: self = .double(try container.decode(Double.self, forKey: .value))
+        case .string: self = .string(try text())
+        case .data:
+            guard let data = Data(base64Encoded: try text()) else { throw invalid("base64 data") }
+            self = .data(data)
+        case .date: self = .date(Date(timeIntervalSince1970: try container.decode(Double.self, forKey: .value)))
+        case .url:
+            guard let url = URL(string: try text()) else { throw invalid("a URL") }
+            self = .url(url)
+        case .uuid:
+            guard let uuid = UUID(uuidString: try text()) else { throw invalid("a UUID") }
+            self = .uuid(uuid)
+        case .json: self = .json(try container.decode(JSONValue.self, forKey: .value).text)
+        }
+    }
+
+    /// Parses the typed JSON form (`{"type":"int","value":300}`); throws with a one-line reason.
+    public init(typedJSON: some Collection<UInt8>) throws(StoredValueError) {
+        do {
+            self = try JSONCoding.typedDecoder.decode(StoredValue.self, from: Data(typedJSON))
+        } catch let error as DecodingError {
+            throw StoredValueError(
+                "not a typed value such as {\"type\":\"int\",\"value\":300}: \(Self.describe(error))")
+        } catch {
+            throw StoredValueError("not a typed value: \(error)")
+        }
+    }
+
+    /// The typed JSON form, one line with sorted keys: `{"type":"int","value":300}`.
+    public var typedJSON: String {
+        // Only a json value whose text does not parse (another tool wrote it) cannot be encoded.
+        guard let data = try? JSONCoding.typedEncoder.encode(self) else { return #"{"type":"null","value":null}"# }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    private static func describe(_ error: DecodingError) -> String {
+        switch error {
+        case .typeMismatch(let type, let context):
+            "\(context.codingPath.last?.stringValue ?? "value"): expected \(type)"
+        case .valueNotFound(_, let context): "\(context.codingPath.last?.stringValue ?? "value") is missing"
+        case .keyNotFound(let key, _): "\"\(key.stringValue)\" is missing"
+        case .dataCorrupted(let context):
+            context.codingPath.isEmpty
+                ? "not valid JSON" : "\(context.codingPath.last?.stringValue ?? ""): \(context.debugDescription)"
+        @unknown default: "\(error)"
+        }
+    }
+}
+
+/// Any JSON value, kept exactly enough to write it back: integers stay integers. For the typed
+/// JSON form of ``StoredValue`` and for `pdinspect`.
+@_spi(Inspect)
+public indirect enum JSONValue: Codable, Sendable, Equatable {
+    case null
+    case bool(Bool)
+    case int(Int64)
+    case uint(UInt64)
+    case double(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if container.decodeNil() {
+            self = .null
+        } else if let value = try? container.decode(Bool.self) {
+            self = .bool(value)
+        } else if let value = try? container.decode(Int64.self) {
+            self = .int(value)
+        } else if let value = try? container.decode(UInt64.self) {
+            self = .uint(value)
+        } else if let value = try? container.decode(Double.self) {
+            self = .double(value)
+        } else if let value = try? container.decode(String.self) {
+            self = .string(value)
+        } else if let value = try? container.decode([JSONValue].self) {
+            self = .array(value)
+        } else {
+            self = .object(try container.decode([String: JSONValue].self))
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .null: try container.encodeNil()
+        case .bool(let value): try container.encode(value)
+        case .int(let value): try container.encode(value)
+        case .uint(let value): try container.encode(value)
+        case .double(let value): try container.encode(value)
+        case .string(let value): try container.encode(value)
+        case .array(let value): try container.encode(value)
+        case .object(let value): try container.encode(value)
+        }
+    }
+
+    /// Parses a JSON text; nil when it is not JSON.
+    public static func parse(_ text: String) -> JSONValue? {
+        try? JSONCoding.typedDecoder.decode(JSONValue.self, from: Data(text.utf8))
+    }
+
+    /// The value as compact JSON text with sorted keys, as the library stores JSON values.
+    public var text: String {
+        // Encoding a JSONValue cannot fail: non-finite doubles are written as strings.
+        (try? String(decoding: JSONCoding.typedEncoder.encode(self), as: UTF8.self)) ?? "null"
+    }
+}
+
+extension JSONCoding {
+    private static let nonFinite = (positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
+
+    /// One line, sorted keys, non-finite doubles as strings: the typed JSON form.
+    static let typedEncoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.nonConformingFloatEncodingStrategy = .convertToString(
+            positiveInfinity: nonFinite.positiveInfinity, negativeInfinity: nonFinite.negativeInfinity,
+            nan: nonFinite.nan)
+        return encoder
+    }()
+
+    static let typedDecoder: JSONDecoder = {
+        let decoder = JSONDecoder()
+        decoder.nonConformingFloatDecodingStrategy = .convertFromString(
+            positiveInfinity: nonFinite.positiveInfinity, negativeInfinity: nonFinite.negativeInfinity,
+            nan: nonFinite.nan)
+        return decoder
+    }()
+}

@@ -1,0 +1,365 @@
+import Foundation
+import Testing
+
+@testable import PersistentDefaults
+
+extension PersistentDefaults.Keys {
+    fileprivate static let mirroredMax = Key<Int>("fleet.maxConnections", default: 100)
+    fileprivate static let banner = Key<String>("fleet.banner", default: "")
+    fileprivate static let counter = Key<Int>("fleet.counter", default: 0)
+    fileprivate static let unrelated = Key<Int>("local.unrelated", default: 0)
+}
+
+/// Fast timings for tests: short pauses, a 300 ms consistency check.
+private func testOptions() -> EtcdMirror.Options {
+    var options = EtcdMirror.Options()
+    options.requestTimeout = .seconds(10)
+    options.connectTimeout = .milliseconds(500)
+    options.maxBackoff = .milliseconds(200)
+    options.consistencyCheckInterval = .seconds(3600)
+    options.startTimeout = .seconds(10)
+    return options
+}
+
+/// The records logged after `sequence`, as (sequence, changed names).
+private func commits(_ store: PersistentDefaults, after sequence: UInt64) throws -> [CommitRecord] {
+    try store.commits(after: sequence)
+}
+
+@Suite(.serialized, .timeLimit(.minutes(3)))
+struct MirrorTests {
+    @Test func theInitialCopyIsOneCommitAtOneRevisionAndRemovesKeysEtcdDoesNotHave() async throws {
+        let etcd = try EtcdCluster()
+        _ = try etcd.put("/fleet/svc/maxConnections", typedInt(300))
+        _ = try etcd.put("/fleet/svc/banner", #"{"type":"string","value":"hello"}"#)
+        _ = try etcd.put("/other/x", typedInt(1))
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            store[.mirroredMax] = 7
+            store[.counter] = 9  // Not in etcd: removed by the copy.
+            store[.unrelated] = 5
+            let before = try store.lastSequence()
+            let mirror = try EtcdMirror(
+                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
+                options: testOptions())
+            try await mirror.start()
+            let (_, revision) = try etcd.range("/fleet/svc/")
+            #expect(store[.mirroredMax] == 300)
+            #expect(store[.banner] == "hello")
+            #expect(try !store.contains(.counter))
+            #expect(store[.unrelated] == 5)
+            let records = try store.commits(after: before)
+            #expect(records.count == 1)
+            #expect(
+                Set(records.first?.changes.map(\.key) ?? []) == [
+                    "fleet.maxConnections", "fleet.banner", "fleet.counter",
+                ])
+            #expect(try store.mirroredPrefixes().first?.revision == revision)
+            #expect(mirror.state == .live(revision: revision))
+            try await mirror.stop()
+            #expect(mirror.state == .stopped)
+        }
+    }
+
+    @Test func anEtcdTransactionArrivesAsOneCommitAndObserversSeeIt() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            let mirror = try EtcdMirror(
+                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
+                options: testOptions())
+            try await mirror.start()
+            let seen = Guarded<[Int]>([])
+            let batches = Guarded<[[String]]>([])
+            let token = store.observe(.mirroredMax) { change in seen.withLock { $0.append(change.newValue) } }
+            let group = store.observe(prefix: "fleet.") { record in
+                batches.withLock { $0.append(record.changes.map(\.key).sorted()) }
+            }
+            let revision = try etcd.txn([
+                ("/fleet/svc/maxConnections", typedInt(300)), ("/fleet/svc/banner", #"{"type":"string","value":"hi"}"#),
+            ])
+            try await waitUntil("the transaction is applied") { mirror.appliedRevision >= revision }
+            try await waitUntil("the observers were called") {
+                seen.withLock { $0 } == [300] && batches.withLock { $0.count } == 1
+            }
+            #expect(batches.withLock { $0 } == [["fleet.banner", "fleet.maxConnections"]])
+            #expect(store[.banner] == "hi")
+            token.cancel()
+            group.cancel()
+            try await mirror.stop()
+        }
+    }
+
+    @Test func aRestartResumesAfterTheRecordedRevisionApplyingEachRevisionOnce() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            let first = try EtcdMirror(
+                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
+                options: testOptions())
+            try await first.start()
+            try await first.stop()
+            let before = try store.lastSequence()
+            var revisions: [Int64] = []
+            for value in 1...3 { revisions.append(try etcd.put("/fleet/svc/counter", typedInt(value))) }
+            _ = try etcd.put("/other/noise", typedInt(0))
+            revisions.append(try etcd.delete("/fleet/svc/counter"))
+            let second = try EtcdMirror(
+                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
+                options: testOptions())
+            try await second.start()
+            try await waitUntil("every revision is applied") { second.appliedRevision >= revisions.last! }
+            let records = try store.commits(after: before)
+            let values = records.map { record in
+                record.changes.first.flatMap { try? $0.storedValue() }
+            }
+            #expect(records.count == 4)
+            #expect(values == [.int(1), .int(2), .int(3), nil])
+            #expect(try store.mirroredPrefixes().first?.revision == revisions.last)
+            try await second.stop()
+        }
+    }
+
+    @Test func twoMirrorsOfOneStoreApplyEachRevisionOnce() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            let mirrors = try (0..<2).map { _ in
+                try EtcdMirror(
+                    store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
+                    options: testOptions())
+            }
+            for mirror in mirrors { try await mirror.start() }
+            let before = try store.lastSequence()
+            var last: Int64 = 0
+            for value in 1...20 { last = try etcd.put("/fleet/svc/counter", typedInt(value)) }
+            try await waitUntil("both mirrors saw every revision") { mirrors.allSatisfy { $0.appliedRevision >= last } }
+            let records = try store.commits(after: before)
+            #expect(records.count == 20)
+            #expect(records.compactMap { try? $0.changes.first?.storedValue() } == (1...20).map { .int(Int64($0)) })
+            for mirror in mirrors { try await mirror.stop() }
+        }
+    }
+
+    @Test func afterACompactionTheMirrorReReadsThePrefixAndAppliesTheDifferenceInOneCommit() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            _ = try etcd.put("/fleet/svc/banner", #"{"type":"string","value":"old"}"#)
+            let first = try EtcdMirror(
+                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
+                options: testOptions())
+            try await first.start()
+            try await first.stop()
+            for value in 1...5 { _ = try etcd.put("/fleet/svc/counter", typedInt(value)) }
+            _ = try etcd.delete("/fleet/svc/banner")
+            let newest = try etcd.put("/other/noise", typedInt(0))
+            try etcd.compact(newest)
+            let before = try store.lastSequence()
+            let second = try EtcdMirror(
+                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
+                options: testOptions())
+            try await second.start()
+            try await waitUntil("the re-read is applied") { second.appliedRevision >= newest }
+            #expect(store[.counter] == 5)
+            #expect(try !store.contains(.banner))
+            let records = try store.commits(after: before)
+            #expect(records.count == 1)
+            try await second.stop()
+        }
+    }
+
+    @Test func mirroredKeysRefuseEveryOtherWriter() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let log = ErrorLog()
+            var storeOptions = PersistentDefaults.Options()
+            storeOptions.errorHandler = { log.append($0) }
+            let store = try PersistentDefaults(path: path, options: storeOptions)
+            _ = try etcd.put("/fleet/svc/maxConnections", typedInt(300))
+            let mirror = try EtcdMirror(
+                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
+                options: testOptions())
+            try await mirror.start()
+            let before = try store.lastSequence()
+            #expect(
+                throws: PersistentDefaultsError.ownedByMirror(
+                    key: "fleet.maxConnections", localPrefix: "fleet.", etcdPrefix: "/fleet/svc/")
+            ) {
+                try store.set(1, for: .mirroredMax)
+            }
+            #expect(throws: PersistentDefaultsError.self) {
+                try store.write { tx in
+                    tx[.unrelated] = 1
+                    tx[.mirroredMax] = 2
+                }
+            }
+            #expect(throws: PersistentDefaultsError.self) { try store.setStoredValue(.int(3), named: "fleet.new") }
+            #expect(throws: PersistentDefaultsError.self) { try store.remove(.mirroredMax) }
+            store[.mirroredMax] = 4  // Reported, not applied.
+            #expect(log.all.contains { if case .ownedByMirror = $0 { true } else { false } })
+            #expect(store[.mirroredMax] == 300)
+            #expect(store[.unrelated] == 0)
+            #expect(try store.lastSequence() == before)
+            // Other keys are written as usual, and the mirror writes through etcd.
+            store[.unrelated] = 5
+            #expect(store[.unrelated] == 5)
+            try await mirror.set(301, for: .mirroredMax)
+            #expect(store[.mirroredMax] == 301)
+            #expect(try etcd.range("/fleet/svc/").values["/fleet/svc/maxConnections"] == typedInt(301))
+            try await mirror.stop()
+            // Stopped, the mirror still owns its keys.
+            #expect(throws: PersistentDefaultsError.self) { try store.set(1, for: .mirroredMax) }
+        }
+    }
+
+    @Test func aValueThatDoesNotParseIsReportedAndTheRestOfItsRevisionApplied() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let log = ErrorLog()
+            var storeOptions = PersistentDefaults.Options()
+            storeOptions.errorHandler = { log.append($0) }
+            let store = try PersistentDefaults(path: path, options: storeOptions)
+            _ = try etcd.put("/fleet/svc/maxConnections", typedInt(300))
+            let mirror = try EtcdMirror(
+                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
+                options: testOptions())
+            try await mirror.start()
+            let revision = try etcd.txn([
+                ("/fleet/svc/maxConnections", "300 connections"),
+                ("/fleet/svc/banner", #"{"type":"string","value":"ok"}"#),
+                ("/fleet/svc/counter", #"{"type":"integer","value":1}"#),
+            ])
+            try await waitUntil("the revision is applied") { mirror.appliedRevision >= revision }
+            #expect(store[.banner] == "ok")
+            #expect(store[.mirroredMax] == 300)
+            #expect(try !store.contains(.counter))
+            let failures = log.all.compactMap { error -> String? in
+                if case .decodingFailed(let key, _, _) = error { key } else { nil }
+            }
+            #expect(Set(failures) == ["fleet.maxConnections", "fleet.counter"])
+            try await mirror.stop()
+        }
+    }
+
+    @Test func theConsistencyCheckRepairsADivergentLocalCopy() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let log = ErrorLog()
+            var storeOptions = PersistentDefaults.Options()
+            storeOptions.errorHandler = { log.append($0) }
+            let store = try PersistentDefaults(path: path, options: storeOptions)
+            _ = try etcd.put("/fleet/svc/maxConnections", typedInt(300))
+            var options = testOptions()
+            options.consistencyCheckInterval = .milliseconds(200)
+            let mirror = try EtcdMirror(
+                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
+                options: options)
+            try await mirror.start()
+            // What a dropped watch event leaves: the local copy differs, the revision does not.
+            try store.core.write { writer in
+                writer.appliesMirror = true
+                try writer.set(1, for: .mirroredMax)
+                try writer.set("stray", for: .banner)
+            }
+            #expect(store[.mirroredMax] == 1)
+            try await waitUntil("the check repaired the copy") {
+                try store[.mirroredMax] == 300 && !store.contains(.banner)
+            }
+            #expect(
+                log.all.contains { error in
+                    if case .mirrorRepaired(let prefix, _, let keys) = error {
+                        prefix == "fleet." && Set(keys) == ["fleet.maxConnections", "fleet.banner"]
+                    } else {
+                        false
+                    }
+                })
+            try await mirror.stop()
+        }
+    }
+
+    @Test func badInputIsRefusedWithClearErrors() async throws {
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            #expect(throws: EtcdMirrorError.self) {
+                try EtcdMirror(store: store, endpoints: ["127.0.0.1:2379"], etcdPrefix: "/p/", localPrefix: "p.")
+            }
+            #expect(throws: EtcdMirrorError.self) {
+                try EtcdMirror(store: store, endpoints: [], etcdPrefix: "/p/", localPrefix: "p.")
+            }
+            #expect(throws: EtcdMirrorError.self) {
+                try EtcdMirror(store: store, endpoints: ["http://127.0.0.1:1"], etcdPrefix: "/p/", localPrefix: "")
+            }
+            let port = try freePorts(1)[0]
+            var options = testOptions()
+            options.startTimeout = .milliseconds(300)
+            options.requestTimeout = .milliseconds(300)
+            let mirror = try EtcdMirror(
+                store: store, endpoints: ["http://127.0.0.1:\(port)"], etcdPrefix: "/p/", localPrefix: "p.",
+                options: options)
+            await #expect(throws: EtcdMirrorError.self) { try await mirror.start() }
+            #expect(mirror.state == .stopped)
+            await #expect(throws: EtcdMirrorError.notRunning) { try await mirror.set(1, for: .init("p.x", default: 0)) }
+            // Another mirror may not own an overlapping prefix, nor the same one for another etcd prefix.
+            #expect(throws: EtcdMirrorError.self) {
+                try EtcdMirror(
+                    store: store, endpoints: ["http://127.0.0.1:\(port)"], etcdPrefix: "/p/", localPrefix: "p.sub.")
+            }
+            #expect(throws: EtcdMirrorError.self) {
+                try EtcdMirror(
+                    store: store, endpoints: ["http://127.0.0.1:\(port)"], etcdPrefix: "/q/", localPrefix: "p.")
+            }
+        }
+    }
+
+    @Test func aKeyOutsideThePrefixIsNotWrittenThroughTheMirror() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            let mirror = try EtcdMirror(
+                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
+                options: testOptions())
+            try await mirror.start()
+            await #expect(throws: EtcdMirrorError.keyOutsidePrefix(key: "local.unrelated", localPrefix: "fleet.")) {
+                try await mirror.set(1, for: .unrelated)
+            }
+            try await mirror.write { tx in
+                tx[.mirroredMax] = 300
+                tx[.banner] = "maintenance at 22:00"
+            }
+            #expect(store[.mirroredMax] == 300)
+            #expect(store[.banner] == "maintenance at 22:00")
+            try await mirror.stop()
+        }
+    }
+
+    @Test func twoHostsIncrementingOneKey100TimesEachEndAtExactly200More() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { first in
+            try await withTemporaryDirectoryAsync { second in
+                let stores = [try PersistentDefaults(path: first), try PersistentDefaults(path: second)]
+                let mirrors = try stores.map { store in
+                    try EtcdMirror(
+                        store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
+                        options: testOptions())
+                }
+                for mirror in mirrors { try await mirror.start() }
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for mirror in mirrors {
+                        group.addTask {
+                            for _ in 0..<100 { try await mirror.update(.counter) { $0 + 1 } }
+                        }
+                    }
+                    try await group.waitForAll()
+                }
+                let (values, revision) = try etcd.range("/fleet/svc/")
+                #expect(values["/fleet/svc/counter"] == typedInt(200))
+                try await waitUntil("both hosts applied the last revision") {
+                    mirrors.allSatisfy { $0.appliedRevision >= revision }
+                }
+                #expect(stores.map { $0[.counter] } == [200, 200])
+                for mirror in mirrors { try await mirror.stop() }
+            }
+        }
+    }
+}
