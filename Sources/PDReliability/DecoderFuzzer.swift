@@ -137,7 +137,7 @@ public enum DecoderFuzzer {
         return samples.map(\.bytes)
     }
 
-    /// Valid commit records in record format 1, written from the README's description of it
+    /// Valid commit records in record format 1, written from the format article's description of it (OnDiskFormat.md)
     /// (not with the library's encoder), so that the fuzzer also checks the documented format.
     static func sampleRecords(_ values: [[UInt8]]) -> [[UInt8]] {
         func record(_ changes: [(String, [UInt8]?)], micros: Int64 = 1_796_029_200_000_000, pid: Int32 = 4242)

@@ -9,7 +9,7 @@ import Foundation
 /// let raw = try store.storedValue(named: "launchCount")   // .int(3)
 /// ```
 ///
-/// The byte layout is documented in the README ("On-disk format").
+/// The byte layout is documented in the DocC article <doc:OnDiskFormat>.
 public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
     /// An explicit nil, written for an optional key whose default is not nil. Tag `0x00`.
     case null
@@ -61,7 +61,7 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
         /// `json`
         case json = 0x0A
 
-        /// The tag's name as the README and `pdinspect` print it.
+        /// The tag's name as the format documentation and `pdinspect` print it.
         public var description: String {
             switch self {
             case .null: "null"

@@ -30,7 +30,7 @@ import PersistentDefaults
 //                                          interval, sets "k" to 1…COUNT and returns from main
 //                                          without releasing it: only the exit can sync
 //
-//   pd-worker temporary-standard           makes a temporary store the standard store (the README's
+//   pd-worker temporary-standard           makes a temporary store the standard store (the documented
 //                                          recipe), sets "k" through `standard`, prints the path and
 //                                          returns from main without releasing it: only the exit
 //                                          handler can remove the directory

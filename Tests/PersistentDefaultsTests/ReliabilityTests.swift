@@ -384,7 +384,7 @@ struct BadInputReliabilityTests {
     }
 
     @Test func theRecordDecoderReadsTheDocumentedFormatAndRefusesATruncatedRecord() throws {
-        // Record format 1 as the README gives it: one change setting "k" to the Int 3.
+        // Record format 1 as the format documentation gives it: one change setting "k" to the Int 3.
         let value: [UInt8] = [0x02, 0, 0, 0, 0, 0, 0, 0, 3]
         let bytes: [UInt8] =
             [1] + [0, 0, 0, 0, 0, 0, 0, 1] + [0, 0, 0, 42] + [0, 0, 0, 1] + [0, 1, 0x6B] + [1, 0, 0, 0, 9] + value

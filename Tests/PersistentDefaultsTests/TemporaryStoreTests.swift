@@ -62,7 +62,7 @@ import Testing
     }
 
     @Test func theStandardStorePointedAtATemporaryOneIsRemovedAtANormalExit() throws {
-        // pd-worker makes a temporary store the standard one (the README's recipe), writes
+        // pd-worker makes a temporary store the standard one (the recipe in GettingStarted.md), writes
         // through `standard`, prints the path and exits without releasing it.
         let result = try runProduct("pd-worker", ["temporary-standard"])
         #expect(result.status == 0, "\(result.stderr)")

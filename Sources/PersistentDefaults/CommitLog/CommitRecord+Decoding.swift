@@ -16,6 +16,6 @@ extension CommitRecord {
     }
 
     /// The bytes the log database keeps for this record (its sequence number is the key), in
-    /// record format 1 as the README describes; ``decode(sequence:encoded:)`` reads them back.
+    /// record format 1 as <doc:OnDiskFormat> describes; ``decode(sequence:encoded:)`` reads them back.
     public var encodedBytes: [UInt8] { encoded }
 }
