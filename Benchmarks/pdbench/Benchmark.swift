@@ -57,8 +57,8 @@ struct PendingCase: Sendable {
 
 /// Every case, in the order they run and print.
 let allCases: [BenchmarkCase] =
-    getCases + setCases + wrapperCases + interleavedCases + transactionCases + concurrencyCases + observerCases
-    + scaleCases + referenceCases + lockReferenceCases + declareCases + fleetCases
+    getCases + serviceReadCases + setCases + wrapperCases + interleavedCases + transactionCases + concurrencyCases
+    + observerCases + scaleCases + referenceCases + lockReferenceCases + declareCases + fleetCases
 
 /// Cases whose API does not exist yet; printed as "not yet available".
 let pendingCases: [PendingCase] = []

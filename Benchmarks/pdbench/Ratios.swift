@@ -90,11 +90,49 @@ func computeRatios(_ rows: [Measurement]) -> [Ratio] {
             p50("set/\(kind)/sqlite-wal-full"), p50("set/\(kind)/store-sync"), describe: "(peer p50 / store p50)",
             met: nil)
     }
-    for count in [10, 1_000] {
+    ratio(
+        "transaction of 10 keys: store.write / raw LMDB", target: "none",
+        p50("transaction/10-keys/store-write"), p50("transaction/10-keys/raw-lmdb"), describe: "(p50)", met: nil)
+    ratio(
+        "transaction of 1,000 keys: store.write / raw LMDB (issue 14)", target: "≤ 1.5×",
+        p50("transaction/1000-keys/store-write"), p50("transaction/1000-keys/raw-lmdb"), describe: "(p50)",
+        met: { $0 <= 1.5 })
+    ratio(
+        "bounded set (int): store bounded / raw LMDB MDB_NOSYNC (issue 14)", target: "≤ 1.2×",
+        p50("set/int/store-bounded"), p50("set/int/raw-lmdb-nosync"), describe: "(p50)", met: { $0 <= 1.2 })
+    ratio(
+        "typed get, 1,000 keys scattered: store[key] / raw mdb_get (issue 14)", target: "≤ 1.05×",
+        p50("get/int/1000-keys-scattered/store-subscript"), p50("get/int/1000-keys-scattered/raw-lmdb"),
+        describe: "(p50)", met: { $0 <= 1.05 })
+    ratio(
+        "@PersistentDefault get, 1,000 wrappers / store[key] (issue 14)", target: "≤ 1.05×",
+        p50("get/int/1000-keys-scattered/property-wrapper"), p50("get/int/1000-keys-scattered/store-subscript"),
+        describe: "(p50)", met: { $0 <= 1.05 })
+    ratio(
+        "@PersistentDefault get, 1,000 wrappers / raw mdb_get", target: "none",
+        p50("get/int/1000-keys-scattered/property-wrapper"), p50("get/int/1000-keys-scattered/raw-lmdb"),
+        describe: "(p50)", met: nil)
+    for peer in ["store", "raw-lmdb"] {
         ratio(
-            "transaction of \(count) keys: store.write / raw LMDB", target: "none",
-            p50("transaction/\(count)-keys/store-write"), p50("transaction/\(count)-keys/raw-lmdb"),
-            describe: "(p50)", met: nil)
+            "reads, 2 threads / 1 (\(peer))", target: peer == "store" ? "≥ 1.8×" : "none",
+            throughput("get/int/2-threads/\(peer)"), throughput("get/int/1-threads/\(peer)"), describe: "reads/s",
+            met: peer == "store" ? { $0 >= 1.8 } : nil)
+        ratio(
+            "reads, 4 threads on 2 cores / 1 (\(peer))", target: peer == "store" ? "≥ 1.6×" : "none",
+            throughput("get/int/4-threads/\(peer)"), throughput("get/int/1-threads/\(peer)"), describe: "reads/s",
+            met: peer == "store" ? { $0 >= 1.6 } : nil)
+    }
+    ratio(
+        "data.mdb after a write-heavy run: 32 idle readers / none", target: "≤ 2×",
+        byName["file/idle-readers/32-readers"]?.value, byName["file/idle-readers/0-readers"]?.value,
+        describe: "(file size)", met: { $0 <= 2 })
+    for scale in ["10k", "100k", "1m"] {
+        if let value = byName["scale/\(scale)-keys/store-file-vs-logical"]?.value {
+            ratios.append(
+                Ratio(
+                    name: "store file / logical bytes (\(scale) keys)", target: "≤ 2.5×",
+                    measured: format(value, decimals: 2) + "×", verdict: value <= 2.5 ? "MET" : "MISSED"))
+        }
     }
     ratio(
         "8 concurrent durable writers / 1 writer", target: "≥ 4× commits/s",

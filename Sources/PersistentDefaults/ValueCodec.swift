@@ -147,7 +147,7 @@ extension ValueCodec where Value: PrimitiveStorable {
     static func primitive() -> ValueCodec<Value> {
         ValueCodec(
             encode: { (value) throws(StoredValueError) in try value.storedValue().bytes },
-            decode: { (bytes) throws(StoredValueError) in try Value(stored: try StoredValue(bytes: bytes)) },
+            decode: { (bytes) throws(StoredValueError) in try Value.decode(bytes) },
             storedTag: Value.storedTag)
     }
 }
@@ -178,9 +178,29 @@ protocol PrimitiveStorable {
     func storedValue() throws(StoredValueError) -> StoredValue
     /// Reads a stored value, converting between numeric tags when no information is lost.
     init(stored: StoredValue) throws(StoredValueError)
+    /// See the extension: a fast path for the type's own tag.
+    static func decodeDirectly(_ bytes: UnsafeRawBufferPointer) -> Self?
+}
+
+/// The 8-byte big-endian payload after the tag, when `bytes` are `tag` and 8 bytes.
+@inline(__always)
+private func payload64(_ bytes: UnsafeRawBufferPointer, tag: StoredValue.Tag) -> UInt64? {
+    guard bytes.count == 9, bytes[0] == tag.rawValue else { return nil }
+    return UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: 1, as: UInt64.self))
 }
 
 extension PrimitiveStorable {
+    /// Reads tag and payload; fixed-width types read their own tag without building a `StoredValue`.
+    @inline(__always)
+    static func decode(_ bytes: UnsafeRawBufferPointer) throws(StoredValueError) -> Self {
+        if let direct = decodeDirectly(bytes) { return direct }
+        return try Self(stored: try StoredValue(bytes: bytes))
+    }
+
+    /// The value when `bytes` are this type's own tag and payload and the value fits; nil sends
+    /// the caller through `StoredValue` (conversions, errors).
+    static func decodeDirectly(_ bytes: UnsafeRawBufferPointer) -> Self? { nil }
+
     static func mismatch(_ stored: StoredValue) -> StoredValueError {
         StoredValueError("stored \(stored.tag) \(stored.jsonText.prefix(60)) is not a \(Self.self)")
     }
@@ -189,6 +209,10 @@ extension PrimitiveStorable {
 extension Bool: PrimitiveStorable {
     static var storedTag: StoredValue.Tag { .bool }
     func storedValue() -> StoredValue { .bool(self) }
+    static func decodeDirectly(_ bytes: UnsafeRawBufferPointer) -> Bool? {
+        guard bytes.count == 2, bytes[0] == StoredValue.Tag.bool.rawValue, bytes[1] <= 1 else { return nil }
+        return bytes[1] == 1
+    }
     init(stored: StoredValue) throws(StoredValueError) {
         guard case .bool(let value) = stored else { throw Self.mismatch(stored) }
         self = value
@@ -215,6 +239,13 @@ extension IntegerStorable {
 
     func storedValue() -> StoredValue {
         Self.isSigned ? .int(Int64(self)) : .uint(UInt64(self))
+    }
+
+    @inline(__always)
+    static func decodeDirectly(_ bytes: UnsafeRawBufferPointer) -> Self? {
+        if let bits = payload64(bytes, tag: .int) { return Self(exactly: Int64(bitPattern: bits)) }
+        if let bits = payload64(bytes, tag: .uint) { return Self(exactly: bits) }
+        return nil
     }
 }
 
@@ -245,6 +276,11 @@ extension FloatingStorable {
     }
 
     func storedValue() -> StoredValue { .double(Double(self)) }
+
+    @inline(__always)
+    static func decodeDirectly(_ bytes: UnsafeRawBufferPointer) -> Self? {
+        payload64(bytes, tag: .double).map { Self(Double(bitPattern: $0)) }
+    }
 }
 
 extension Double: FloatingStorable {}

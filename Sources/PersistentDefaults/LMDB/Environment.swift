@@ -67,7 +67,8 @@ struct EnvironmentInfo: Sendable, Equatable {
 ///
 /// `@unchecked Sendable`: LMDB environments are thread-safe; every use of the handle happens
 /// under `gate` (shared for transactions, exclusive for map changes, close and replacing the
-/// handle after a failed map change), the read pool sits behind a `Mutex`, and the `write…`
+/// handle after a failed map change), the kept read transactions are per thread
+/// (``ReaderSlots``), and the `write…`
 /// fields are touched only by the thread that holds LMDB's process-shared writer mutex.
 final class Environment: @unchecked Sendable {
     /// Replaced only under the exclusive gate, when a failed map change forces a reopen.
@@ -80,7 +81,8 @@ final class Environment: @unchecked Sendable {
     private let lockProbe: LockFileProbe?
     /// LMDB's page size in bytes.
     let pageSize: Int
-    private let readPool = Mutex<[PooledTransaction]>([])
+    /// Reset read transactions kept per thread for reuse (`mdb_txn_reset` / `mdb_txn_renew`).
+    private let readerSlots: ReaderSlots
     private var isClosed = false
     /// Why the environment became unusable (a failed map change that could not be undone), if so.
     private var brokenReason: String?
@@ -109,17 +111,9 @@ final class Environment: @unchecked Sendable {
     /// file, another layout, a platform without futexes).
     let wakeChannel: WakeChannel?
 
-    /// Reset read transactions kept for reuse (`mdb_txn_reset` / `mdb_txn_renew`).
-    private struct PooledTransaction: @unchecked Sendable {
-        // @unchecked Sendable: a pooled transaction is reset (holds no snapshot) and is used by
-        // one thread at a time, which MDB_NOTLS allows.
-        let handle: TransactionHandle
-    }
-
-    private static let poolLimit = 16
-
     init(_ configuration: EnvironmentConfiguration) throws(PersistentDefaultsError) {
         self.configuration = configuration
+        readerSlots = ReaderSlots(maxReaders: configuration.maxReaders)
         do {
             handle = try Self.open(configuration, lockless: false)
             isLockless = false
@@ -193,17 +187,11 @@ final class Environment: @unchecked Sendable {
         gate.withExclusive {
             guard !isClosed else { return }
             isClosed = true
-            abortPooledTransactions()
+            // lmdb.h on mdb_env_close: "All transactions, databases, and cursors must already be
+            // closed before calling this function."
+            readerSlots.emptyAll(closing: true)
             mdb_env_close(handle)
         }
-    }
-
-    private func abortPooledTransactions() {
-        let pooled = readPool.withLock { pool in
-            defer { pool.removeAll() }
-            return pool
-        }
-        for transaction in pooled { mdb_txn_abort(transaction.handle) }
     }
 
     // MARK: Transactions
@@ -228,8 +216,8 @@ final class Environment: @unchecked Sendable {
     private func readOnce<R>(_ body: (Transaction) throws -> R) throws -> R {
         try checkOpen()
         try lockProbe?.checkNoOtherProcess()
-        let transaction = try beginRead()
-        defer { endRead(transaction) }
+        let (transaction, slot) = try beginRead()
+        defer { endRead(transaction, slot) }
         let result = try body(Transaction(handle: transaction, environment: self))
         // A writer that opened the store while this snapshot was read may have reused its pages:
         // what was read cannot be trusted then.
@@ -237,16 +225,37 @@ final class Environment: @unchecked Sendable {
         return result
     }
 
-    private func beginRead() throws -> TransactionHandle {
-        if let pooled = readPool.withLock({ $0.popLast() }) {
-            let code = mdb_txn_renew(pooled.handle)
-            if code == MDB_SUCCESS { return pooled.handle }
-            mdb_txn_abort(pooled.handle)
+    /// Begins a read: renews the calling thread's kept transaction when it has one that is not
+    /// in use, else begins one. Returns the slot to give the transaction back to, if kept.
+    @inline(__always)
+    private func beginRead() throws -> (TransactionHandle, ReaderSlot?) {
+        guard let slot = readerSlots.slotOfCurrentThread(), slot.acquire() else {
+            return (try beginReadTransaction(), nil)
+        }
+        if let kept = slot.handle {
+            let code = mdb_txn_renew(kept)
+            if code == MDB_SUCCESS { return (kept, slot) }
+            mdb_txn_abort(kept)
+            slot.release(keeping: nil)
             if code == MDB_MAP_RESIZED { throw RetrySignal.mapResized }
             try check(code, "mdb_txn_renew")
         }
+        do {
+            return (try beginReadTransaction(), slot)
+        } catch {
+            slot.release(keeping: nil)
+            throw error
+        }
+    }
+
+    /// `mdb_txn_begin` of a read transaction; when the reader table is full, the idle kept
+    /// transactions of other threads are aborted and the begin is tried once more.
+    private func beginReadTransaction() throws -> TransactionHandle {
         var transaction: TransactionHandle?
-        let code = mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &transaction)
+        var code = mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &transaction)
+        if code == MDB_READERS_FULL, readerSlots.reclaimIdle() > 0 {
+            code = mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &transaction)
+        }
         if code == MDB_MAP_RESIZED { throw RetrySignal.mapResized }
         try check(code, "mdb_txn_begin(read-only)")
         guard let transaction else {
@@ -255,14 +264,16 @@ final class Environment: @unchecked Sendable {
         return transaction
     }
 
-    private func endRead(_ transaction: TransactionHandle) {
-        mdb_txn_reset(transaction)
-        let kept = readPool.withLock { pool in
-            guard pool.count < Self.poolLimit else { return false }
-            pool.append(PooledTransaction(handle: transaction))
-            return true
+    /// Ends a read: a kept transaction is reset (it holds no snapshot from here on) and given
+    /// back to its slot; any other is aborted.
+    @inline(__always)
+    private func endRead(_ transaction: TransactionHandle, _ slot: ReaderSlot?) {
+        guard let slot else {
+            mdb_txn_abort(transaction)
+            return
         }
-        if !kept { mdb_txn_abort(transaction) }
+        mdb_txn_reset(transaction)
+        slot.release(keeping: transaction)
     }
 
     /// Runs `body` in a write transaction and commits it when `body` returns.
@@ -409,7 +420,7 @@ final class Environment: @unchecked Sendable {
     /// that no transaction of this process is active. If that fails too, the environment is
     /// marked broken: every later call throws instead of touching LMDB.
     private func reopen(mapSize: Int, after failure: PersistentDefaultsError) throws {
-        abortPooledTransactions()
+        readerSlots.emptyAll(closing: false)
         // lmdb.h: "Only a single thread may call this function. All transactions, databases,
         // and cursors must already be closed before calling this function."
         mdb_env_close(handle)
@@ -424,6 +435,7 @@ final class Environment: @unchecked Sendable {
             handle = replacement
         } catch {
             isClosed = true
+            readerSlots.emptyAll(closing: true)
             brokenReason = "\(failure); reopening the environment failed too: \(error)"
             throw PersistentDefaultsError.lmdb(
                 code: failure.code ?? .invalid, operation: brokenReason ?? "\(failure)")
@@ -471,7 +483,7 @@ final class Environment: @unchecked Sendable {
         }
         try gate.withExclusive {
             try checkOpen()
-            abortPooledTransactions()
+            readerSlots.emptyAll(closing: false)
             try setMapSize(0, previous: rawInfo().mapSize)
         }
     }
@@ -501,16 +513,17 @@ final class Environment: @unchecked Sendable {
     }
 
     /// Throws once the environment is closed; call with the gate held.
+    @inline(__always)
     private func checkOpen() throws {
+        // A broken environment is also closed: one load on the read path.
+        guard isClosed else { return }
         if let brokenReason {
             throw PersistentDefaultsError.lmdb(
                 code: LMDBResultCode(rawValue: EINVAL),
                 operation: "use \(configuration.path), unusable since a failed map change: \(brokenReason)")
         }
-        if isClosed {
-            throw PersistentDefaultsError.lmdb(
-                code: LMDBResultCode(rawValue: EINVAL), operation: "use \(configuration.path) after it was closed")
-        }
+        throw PersistentDefaultsError.lmdb(
+            code: LMDBResultCode(rawValue: EINVAL), operation: "use \(configuration.path) after it was closed")
     }
 
     /// Environment facts (`mdb_env_info`); zeros once the environment is closed.

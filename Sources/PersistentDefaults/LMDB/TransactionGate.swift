@@ -1,3 +1,5 @@
+import Synchronization
+
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Darwin)
@@ -15,10 +17,21 @@
 /// is inside a write transaction, so that a nested write is refused instead of deadlocking on
 /// LMDB's writer mutex, and a thread never waits for the exclusive side while it holds the
 /// shared side itself.
+///
+/// The rwlock prefers readers (nested reads need that), so a steady stream of reads on other
+/// threads could keep the exclusive side waiting for ever: a write that must grow the map would
+/// never run. `withExclusive` therefore closes a turnstile first: a thread that holds no shared
+/// section waits at the turnstile (only while an exclusive section is waiting) before it takes
+/// the shared side, so the readers inside drain and the exclusive side gets in. Threads that
+/// already hold the shared side pass, as they must to finish.
 final class TransactionGate: @unchecked Sendable {
-    // @unchecked Sendable: the rwlock is the synchronisation itself, and the thread-local key
-    // is only read and written for the calling thread.
+    // @unchecked Sendable: the rwlock and the turnstile mutex are the synchronisation itself,
+    // `exclusiveWaiting` is atomic, and the thread-local key is only read and written for the
+    // calling thread.
     private let lock: UnsafeMutablePointer<pthread_rwlock_t>
+    private let turnstile: UnsafeMutablePointer<pthread_mutex_t>
+    /// Set while `withExclusive` waits for the rwlock, holding the turnstile.
+    private let exclusiveWaiting = Atomic<Bool>(false)
     private var threadState: pthread_key_t = 0
 
     init() {
@@ -26,6 +39,8 @@ final class TransactionGate: @unchecked Sendable {
         // The default (reader-preferring) kind: a thread may take the shared side again while it
         // holds it, which nested reads need.
         _ = pthread_rwlock_init(lock, nil)  // Only fails for lack of memory.
+        turnstile = .allocate(capacity: 1)
+        _ = pthread_mutex_init(turnstile, nil)  // Cannot fail with default attributes on Linux.
         _ = pthread_key_create(&threadState, nil)  // Fails only past PTHREAD_KEYS_MAX keys.
     }
 
@@ -33,6 +48,19 @@ final class TransactionGate: @unchecked Sendable {
         pthread_key_delete(threadState)
         pthread_rwlock_destroy(lock)
         lock.deallocate()
+        pthread_mutex_destroy(turnstile)
+        turnstile.deallocate()
+    }
+
+    /// Takes the shared side; waits at the turnstile first while an exclusive section waits,
+    /// unless this thread already holds the shared side.
+    @inline(__always)
+    private func lockShared() {
+        if exclusiveWaiting.load(ordering: .relaxed), state >> 1 == 0 {
+            pthread_mutex_lock(turnstile)
+            pthread_mutex_unlock(turnstile)
+        }
+        pthread_rwlock_rdlock(lock)
     }
 
     private var state: Int {
@@ -49,7 +77,7 @@ final class TransactionGate: @unchecked Sendable {
     /// Runs `body` with the shared side held, marking the thread as holding it.
     @inline(__always)
     func withShared<R>(_ body: () throws -> R) rethrows -> R {
-        pthread_rwlock_rdlock(lock)
+        lockShared()
         state += 2
         defer {
             state -= 2
@@ -63,7 +91,7 @@ final class TransactionGate: @unchecked Sendable {
     /// the two thread-local updates, about 10 ns.
     @inline(__always)
     func withSharedUnmarked<R>(_ body: () throws -> R) rethrows -> R {
-        pthread_rwlock_rdlock(lock)
+        lockShared()
         defer { pthread_rwlock_unlock(lock) }
         return try body()
     }
@@ -97,7 +125,11 @@ final class TransactionGate: @unchecked Sendable {
 
     /// Runs `body` with the exclusive side held. The caller must not hold the shared side.
     func withExclusive<R>(_ body: () throws -> R) rethrows -> R {
+        pthread_mutex_lock(turnstile)
+        exclusiveWaiting.store(true, ordering: .relaxed)
         pthread_rwlock_wrlock(lock)
+        exclusiveWaiting.store(false, ordering: .relaxed)
+        pthread_mutex_unlock(turnstile)
         defer { pthread_rwlock_unlock(lock) }
         return try body()
     }

@@ -50,7 +50,7 @@ public struct PersistentDefault<Value: Sendable>: Sendable {
     /// The stored value, or the key's default.
     public var wrappedValue: Value {
         get {
-            tracker.access()
+            tracker.access(in: store.core)
             return store[key]
         }
         nonmutating set { store[key] = newValue }

@@ -1,0 +1,269 @@
+import CLMDB
+import Foundation
+import PersistentDefaults
+import Synchronization
+
+/// What services see when they read: many keys in scattered order (not one hot key), many
+/// `@PersistentDefault` properties, several reader threads, and the file after a write-heavy
+/// run while other threads read now and then.
+///
+/// - `get/int/1000-keys-scattered/{raw-lmdb,store-subscript,property-wrapper}`: 1,000 Int keys
+///   read in a fixed shuffled order; raw is the C API with one kept read transaction renewed and
+///   reset per get; the wrapper case reads 1,000 `@PersistentDefault` values, one per key.
+/// - `get/int/{1,2,4}-threads/{raw-lmdb,store}`: n threads each reading the 1,000 keys in
+///   scattered order for a fixed time; ops/s is the total reads per second (raw: one kept read
+///   transaction per thread).
+/// - `file/idle-readers/{0,32}-readers`: `data.mdb` after 20,000 bounded sets of 64-byte values
+///   over 100 keys, while n threads read one key each every 20 ms (and are idle in between).
+let serviceReadCases: [BenchmarkCase] =
+    [
+        BenchmarkCase(name: "get/int/1000-keys-scattered/raw-lmdb") { [try scatteredRaw($0)] },
+        BenchmarkCase(name: "get/int/1000-keys-scattered/store-subscript") { [try scatteredStore($0)] },
+        BenchmarkCase(name: "get/int/1000-keys-scattered/property-wrapper") { [try scatteredWrappers($0)] },
+    ]
+    + [1, 2, 4].flatMap { threads in
+        [
+            BenchmarkCase(name: "get/int/\(threads)-threads/raw-lmdb") { [try threadedRaw(threads: threads, $0)] },
+            BenchmarkCase(name: "get/int/\(threads)-threads/store") { [try threadedStore(threads: threads, $0)] },
+        ]
+    }
+    + [0, 32].map { readers in
+        BenchmarkCase(name: "file/idle-readers/\(readers)-readers") { [try fileAfterWrites(readers: readers, $0)] }
+    }
+
+private let keyCount = 1_000
+
+/// The key names and a fixed scattered order of them (a SplitMix64 shuffle, the same every run).
+private let scatteredNames: [String] = {
+    var names = (0..<keyCount).map { "service.setting.\($0)" }
+    var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+    func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+    for index in stride(from: names.count - 1, to: 0, by: -1) {
+        names.swapAt(index, Int(next() % UInt64(index + 1)))
+    }
+    return names
+}()
+
+/// A store holding the 1,000 keys (values = their index), written in one transaction.
+private func makeStore(_ path: String) throws -> (PersistentDefaults, [PersistentDefaults.Key<Int>]) {
+    let store = try PersistentDefaults(path: path)
+    let keys = scatteredNames.map { PersistentDefaults.Key<Int>($0, default: -1) }
+    try store.write { transaction in
+        for (index, key) in keys.enumerated() { transaction[key] = index }
+    }
+    return (store, keys)
+}
+
+/// Raw LMDB holding the same keys and 8-byte values.
+private func makeRaw(_ path: String) throws -> (RawLMDB, [[UInt8]]) {
+    let lmdb = try RawLMDB(path: path)
+    let keys = scatteredNames.map { Array($0.utf8) }
+    try lmdb.write { transaction in
+        for (index, key) in keys.enumerated() {
+            try key.withUnsafeBytes { key in
+                try withUnsafeBytes(of: Int64(index).bigEndian) { try lmdb.put(transaction, key: key, value: $0) }
+            }
+        }
+    }
+    return (lmdb, keys)
+}
+
+@inline(__always)
+private func decodeRaw(_ bytes: UnsafeRawBufferPointer?) -> Int {
+    guard let bytes, bytes.count == 8 else { return 0 }
+    return Int(Int64(bigEndian: bytes.loadUnaligned(as: Int64.self)))
+}
+
+private func scatteredRaw(_ context: RunContext) throws -> Measurement {
+    try context.withTemporaryDirectory("scattered-raw") { path in
+        let (lmdb, keys) = try makeRaw(path)
+        var sum = 0
+        let samples = try measure(.fast(quick: context.quick)) { index in
+            sum &+= try keys[index % keyCount].withUnsafeBytes { try lmdb.get(key: $0, decodeRaw) }
+        }
+        blackHole(sum)
+        return Measurement("get/int/1000-keys-scattered/raw-lmdb", samples: samples)
+    }
+}
+
+private func scatteredStore(_ context: RunContext) throws -> Measurement {
+    try context.withTemporaryDirectory("scattered-store") { path in
+        let (store, keys) = try makeStore(path)
+        var sum = 0
+        let samples = measure(.fast(quick: context.quick)) { index in sum &+= store[keys[index % keyCount]] }
+        blackHole(sum)
+        return Measurement("get/int/1000-keys-scattered/store-subscript", samples: samples)
+    }
+}
+
+private func scatteredWrappers(_ context: RunContext) throws -> Measurement {
+    try context.withTemporaryDirectory("scattered-wrappers") { path in
+        let (store, keys) = try makeStore(path)
+        let wrappers = keys.map { PersistentDefault($0, in: store) }
+        var sum = 0
+        let samples = measure(.fast(quick: context.quick)) { index in
+            sum &+= wrappers[index % keyCount].wrappedValue
+        }
+        blackHole(sum)
+        return Measurement(
+            "get/int/1000-keys-scattered/property-wrapper", samples: samples,
+            note: "1,000 @PersistentDefault properties, one per key; compare with store-subscript")
+    }
+}
+
+/// Runs `read` (passed a running index) on `threads` threads for the case's duration; returns
+/// per-batch nanoseconds per read of every thread and the total reads per second.
+private func runThreads(
+    _ threads: Int, _ context: RunContext, _ makeReader: @escaping @Sendable () throws -> (Int) throws -> Int
+) throws -> (samples: [Double], perSecond: Double) {
+    let duration: UInt64 = context.quick ? 200_000_000 : 2_000_000_000
+    let batch = 100
+    let samples = Mutex<[Double]>([])
+    let reads = Atomic<Int>(0)
+    let failure = Mutex<String?>(nil)
+    let done = DispatchGroup()
+    let ready = DispatchGroup()
+    let go = DispatchSemaphore(value: 0)
+    for _ in 0..<threads {
+        done.enter()
+        ready.enter()
+        let thread = Thread {
+            defer { done.leave() }
+            do {
+                let read = try makeReader()
+                var sum = 0
+                for index in 0..<10_000 { sum &+= try read(index) }  // Warm-up.
+                ready.leave()
+                go.wait()
+                let deadline = monotonicNanoseconds() + duration
+                var own: [Double] = []
+                var index = 0
+                var now = monotonicNanoseconds()
+                while now < deadline {
+                    for _ in 0..<batch {
+                        sum &+= try read(index)
+                        index += 1
+                    }
+                    let after = monotonicNanoseconds()
+                    own.append(Double(after - now) / Double(batch))
+                    now = after
+                }
+                blackHole(sum)
+                reads.add(index, ordering: .relaxed)
+                samples.withLock { $0 += own }
+            } catch {
+                failure.withLock { $0 = "\(error)" }
+                ready.leave()
+            }
+        }
+        thread.start()
+    }
+    ready.wait()
+    let start = monotonicNanoseconds()
+    for _ in 0..<threads { go.signal() }
+    done.wait()
+    let elapsed = Double(monotonicNanoseconds() - start)
+    if let message = failure.withLock({ $0 }) { throw BenchmarkError.setup(message) }
+    return (samples.withLock { $0 }, Double(reads.load(ordering: .relaxed)) / elapsed * 1e9)
+}
+
+private func threadedStore(threads: Int, _ context: RunContext) throws -> Measurement {
+    try context.withTemporaryDirectory("threads-store") { path in
+        let (store, keys) = try makeStore(path)
+        let (samples, perSecond) = try runThreads(threads, context) {
+            { index in store[keys[index % keyCount]] }
+        }
+        var measurement = Measurement("get/int/\(threads)-threads/store", samples: samples)
+        measurement.operationsPerSecond = perSecond
+        measurement.note = "store[key] of 1,000 keys in scattered order; ops/s = total reads/s of all threads"
+        return measurement
+    }
+}
+
+/// One thread's raw reader: its own read transaction, renewed and reset per get.
+private final class RawThreadReader {
+    let transaction: RawTransactionHandle
+    let database: MDB_dbi
+
+    init(_ lmdb: RawLMDB) throws {
+        var begun: RawTransactionHandle?
+        try checkLMDB(mdb_txn_begin(lmdb.environment, nil, UInt32(MDB_RDONLY), &begun), "mdb_txn_begin")
+        guard let begun else { throw LMDBFailure(code: EINVAL, operation: "mdb_txn_begin") }
+        mdb_txn_reset(begun)
+        transaction = begun
+        database = lmdb.database
+    }
+
+    deinit { mdb_txn_abort(transaction) }
+
+    func get(_ key: UnsafeRawBufferPointer) throws -> Int {
+        try checkLMDB(mdb_txn_renew(transaction), "mdb_txn_renew")
+        defer { mdb_txn_reset(transaction) }
+        var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
+        var data = MDB_val()
+        let code = mdb_get(transaction, database, &keyValue, &data)
+        if code == MDB_NOTFOUND { return 0 }
+        try checkLMDB(code, "mdb_get")
+        return decodeRaw(UnsafeRawBufferPointer(start: data.mv_data, count: data.mv_size))
+    }
+}
+
+private func threadedRaw(threads: Int, _ context: RunContext) throws -> Measurement {
+    try context.withTemporaryDirectory("threads-raw") { path in
+        let (lmdb, keys) = try makeRaw(path)
+        // RawLMDB is used only to create per-thread transactions, which LMDB allows from any thread.
+        nonisolated(unsafe) let shared = lmdb
+        let (samples, perSecond) = try runThreads(threads, context) {
+            let reader = try RawThreadReader(shared)
+            return { index in try keys[index % keyCount].withUnsafeBytes { try reader.get($0) } }
+        }
+        var measurement = Measurement("get/int/\(threads)-threads/raw-lmdb", samples: samples)
+        measurement.operationsPerSecond = perSecond
+        measurement.note = "mdb_get of 1,000 keys in scattered order; ops/s = total reads/s of all threads"
+        return measurement
+    }
+}
+
+private func fileAfterWrites(readers: Int, _ context: RunContext) throws -> Measurement {
+    try context.withTemporaryDirectory("idle-readers") { path in
+        var options = PersistentDefaults.Options()
+        options.durability = .bounded(interval: .milliseconds(100))
+        let store = try PersistentDefaults(path: path, options: options)
+        let keys = (0..<100).map { PersistentDefaults.Key<String>("key-\($0)", default: "") }
+        let stop = Atomic<Bool>(false)
+        let done = DispatchGroup()
+        for reader in 0..<readers {
+            done.enter()
+            Thread {
+                var sum = 0
+                while !stop.load(ordering: .relaxed) {
+                    sum &+= store[keys[reader % keys.count]].utf8.count
+                    // Load shape, not synchronisation: a watcher that reads now and then.
+                    Thread.sleep(forTimeInterval: 0.02)
+                }
+                blackHole(sum)
+                done.leave()
+            }.start()
+        }
+        let sets = context.quick ? 2_000 : 20_000
+        let payload = String(repeating: "x", count: 56)
+        for index in 0..<sets { try store.set("\(payload)\(index)", for: keys[index % keys.count]) }
+        stop.store(true, ordering: .relaxed)
+        done.wait()
+        try store.flush()
+        let size =
+            (try FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? NSNumber)?
+            .doubleValue ?? 0
+        return Measurement(
+            "file/idle-readers/\(readers)-readers", value: size, unit: "bytes",
+            note:
+                "data.mdb after \(sets) bounded sets of 64-byte values over 100 keys, \(readers) threads reading every 20 ms"
+        )
+    }
+}

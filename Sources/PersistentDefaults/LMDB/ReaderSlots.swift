@@ -1,0 +1,222 @@
+import CLMDB
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Reset read transactions kept per thread, so that a read renews the calling thread's own
+/// transaction (`mdb_txn_renew` / `mdb_txn_reset`) without a lock shared with other threads.
+///
+/// lmdb.h on `MDB_NOTLS`: "A thread may use parallel read-only transactions. A read-only
+/// transaction may span threads if the user synchronizes its use." Each thread gets one slot
+/// per environment; a slot holds a transaction only while it is reset, so it keeps a reader slot
+/// in `lock.mdb` but **no snapshot**: LMDB reuses pages freely, whatever the thread does next.
+///
+/// Bounds and release:
+/// - At most `limit` threads keep a transaction (a quarter of `maxReaders`, at most 32), so
+///   other processes find free reader slots; further threads begin and abort one per read.
+/// - A thread's transactions are aborted when the thread exits (a `pthread` key destructor).
+/// - When a read finds the reader table full, idle slots of other threads are emptied
+///   (`reclaimIdle`) and the read is tried again.
+/// - Closing the environment, adopting another map size and reopening after a failed map change
+///   (all under the exclusive gate, so no read of this environment is running) empty every slot.
+///
+/// `@unchecked Sendable`: `slots` and `isClosed` change only under `lock`; each slot's state
+/// is an `Atomic` (see ``ReaderSlot``).
+final class ReaderSlots: @unchecked Sendable {
+    private let lock = Locked<State>(State())
+    /// Set under `lock` when the environment closes; read without it to drop stale cache entries.
+    let isClosed = Atomic<Bool>(false)
+    /// How many slots exist, changed under `lock`; read without it so that threads past the
+    /// limit do not take the lock on every read.
+    private let count = Atomic<Int>(0)
+    let limit: Int
+
+    private struct State: @unchecked Sendable {
+        // @unchecked Sendable: the slots are only touched under the lock or by their own thread.
+        var slots: [ObjectIdentifier: Unmanaged<ReaderSlot>] = [:]
+    }
+
+    init(maxReaders: Int) {
+        limit = min(max(maxReaders / 4, 1), 32)
+    }
+
+    /// The calling thread's slot of this environment, made on first use; nil once `limit`
+    /// threads hold one (the caller then uses a transaction of its own).
+    @inline(__always)
+    func slotOfCurrentThread() -> ReaderSlot? {
+        let cache = ThreadReaderCache.current()
+        if let first = cache.first, first.owner === self { return first }
+        return cache.slot(of: self)
+    }
+
+    /// Registers a new slot of the calling thread; nil when `limit` slots exist.
+    fileprivate func makeSlot() -> ReaderSlot? {
+        guard count.load(ordering: .relaxed) < limit else { return nil }
+        return lock.withLock { state in
+            guard !isClosed.load(ordering: .relaxed), state.slots.count < limit else { return nil }
+            let slot = ReaderSlot(owner: self)
+            state.slots[ObjectIdentifier(slot)] = Unmanaged.passUnretained(slot)
+            count.store(state.slots.count, ordering: .relaxed)
+            return slot
+        }
+    }
+
+    /// Removes a slot whose thread drops it (thread exit, or an entry of a closed environment),
+    /// aborting its transaction while the environment is open.
+    fileprivate func retire(_ slot: ReaderSlot) {
+        lock.withLock { state in
+            guard state.slots.removeValue(forKey: ObjectIdentifier(slot)) != nil else { return }
+            count.store(state.slots.count, ordering: .relaxed)
+            // Not closed: close empties every listed slot under this lock before it closes the
+            // environment, so the transaction belongs to an open environment.
+            slot.empty()
+        }
+    }
+
+    /// Empties the idle slots of every thread (aborting their reset transactions, which frees
+    /// their reader slots); for a read that found the reader table full. Call with the gate held.
+    /// Returns how many were emptied.
+    @discardableResult
+    func reclaimIdle() -> Int {
+        lock.withLock { state in
+            var emptied = 0
+            for slot in state.slots.values where slot.takeUnretainedValue().empty() { emptied += 1 }
+            return emptied
+        }
+    }
+
+    /// Empties every slot; with `closing`, no slot is made or renewed afterwards. Call with the
+    /// gate held exclusively: then no slot is in use, as every read holds the gate shared.
+    func emptyAll(closing: Bool) {
+        lock.withLock { state in
+            for slot in state.slots.values { slot.takeUnretainedValue().empty() }
+            if closing {
+                isClosed.store(true, ordering: .releasing)
+                state.slots.removeAll()
+                count.store(0, ordering: .relaxed)
+            }
+        }
+    }
+}
+
+/// One thread's kept read transaction of one environment.
+///
+/// `state` says who may touch `handle`: the owning thread while `busy`, the thread that moved
+/// it out of `idle` while `reclaiming`; nobody while `empty` but the owning thread, which
+/// acquires that state before it stores a new handle. So `handle` is never touched by two
+/// threads without an ordering `state` change between them.
+final class ReaderSlot: @unchecked Sendable {
+    // @unchecked Sendable: `handle` is guarded by `state` as described above.
+    static let empty = 0
+    static let idle = 1
+    static let busy = 2
+    static let reclaiming = 3
+
+    let owner: ReaderSlots
+    let state = Atomic<Int>(ReaderSlot.empty)
+    /// A reset read transaction while `idle`; nil while `empty`.
+    var handle: TransactionHandle?
+
+    fileprivate init(owner: ReaderSlots) { self.owner = owner }
+
+    /// Owner side: takes the slot for one read. Returns false when the slot is in use by an
+    /// outer read on this thread or being reclaimed: the caller uses a transaction of its own.
+    @inline(__always)
+    func acquire() -> Bool {
+        if state.compareExchange(expected: ReaderSlot.idle, desired: ReaderSlot.busy, ordering: .acquiring).exchanged {
+            return true
+        }
+        return state.compareExchange(expected: ReaderSlot.empty, desired: ReaderSlot.busy, ordering: .acquiring)
+            .exchanged
+    }
+
+    /// Owner side: gives the slot back after `mdb_txn_reset` (or empty after an abort).
+    @inline(__always)
+    func release(keeping transaction: TransactionHandle?) {
+        handle = transaction
+        state.store(transaction == nil ? ReaderSlot.empty : ReaderSlot.idle, ordering: .releasing)
+    }
+
+    /// Any side, with the environment open: aborts the idle transaction; true if there was one.
+    @discardableResult
+    fileprivate func empty() -> Bool {
+        guard
+            state.compareExchange(
+                expected: ReaderSlot.idle, desired: ReaderSlot.reclaiming, ordering: .acquiringAndReleasing
+            ).exchanged
+        else { return false }
+        if let handle { mdb_txn_abort(handle) }
+        handle = nil
+        state.store(ReaderSlot.empty, ordering: .releasing)
+        return true
+    }
+}
+
+/// The calling thread's slots, one per environment it read, in a `pthread` key whose destructor
+/// retires them when the thread exits.
+final class ThreadReaderCache {
+    /// The slot of the environment read last (the common case: one store per process).
+    fileprivate var first: ReaderSlot?
+    private var others: [ReaderSlot] = []
+
+    private static let key: pthread_key_t = {
+        var key: pthread_key_t = 0
+        // Fails only past PTHREAD_KEYS_MAX keys; the library makes this one key per process.
+        _ = pthread_key_create(&key) { pointer in
+            guard let pointer else { return }
+            Unmanaged<ThreadReaderCache>.fromOpaque(pointer).takeRetainedValue().retireAll()
+        }
+        return key
+    }()
+
+    /// The calling thread's cache, made on first use.
+    @inline(__always)
+    fileprivate static func current() -> ThreadReaderCache {
+        if let pointer = pthread_getspecific(key) {
+            return Unmanaged<ThreadReaderCache>.fromOpaque(pointer).takeUnretainedValue()
+        }
+        let cache = ThreadReaderCache()
+        _ = pthread_setspecific(key, Unmanaged.passRetained(cache).toOpaque())  // Fails only for lack of memory.
+        return cache
+    }
+
+    /// The slot of `slots` (made when missing and allowed); moves it first.
+    fileprivate func slot(of slots: ReaderSlots) -> ReaderSlot? {
+        dropClosed()
+        if let index = others.firstIndex(where: { $0.owner === slots }) {
+            let found = others.remove(at: index)
+            if let first { others.append(first) }
+            first = found
+            return found
+        }
+        guard let made = slots.makeSlot() else { return nil }
+        if let first { others.append(first) }
+        first = made
+        return made
+    }
+
+    /// Forgets the slots of closed environments.
+    private func dropClosed() {
+        if let slot = first, slot.owner.isClosed.load(ordering: .acquiring) {
+            slot.owner.retire(slot)
+            first = nil
+        }
+        others.removeAll { slot in
+            guard slot.owner.isClosed.load(ordering: .acquiring) else { return false }
+            slot.owner.retire(slot)
+            return true
+        }
+    }
+
+    /// Thread exit: aborts the kept transactions of open environments.
+    private func retireAll() {
+        if let first { first.owner.retire(first) }
+        for slot in others { slot.owner.retire(slot) }
+        first = nil
+        others.removeAll()
+    }
+}

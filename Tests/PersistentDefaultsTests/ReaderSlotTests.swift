@@ -1,0 +1,116 @@
+import Foundation
+import PersistentDefaults
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Runs `body` on `count` new POSIX threads and joins them: `pthread_join` returns only after a
+/// thread's `pthread_key` destructors ran, so a test can check what thread exit released.
+private func onJoinedThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
+    final class Work: @unchecked Sendable {
+        // @unchecked Sendable: immutable after init.
+        let body: @Sendable (Int) -> Void
+        let index: Int
+        init(_ body: @escaping @Sendable (Int) -> Void, _ index: Int) {
+            self.body = body
+            self.index = index
+        }
+    }
+    var threads: [pthread_t] = []
+    for index in 0..<count {
+        var thread = pthread_t()
+        let work = Unmanaged.passRetained(Work(body, index)).toOpaque()
+        let created = pthread_create(
+            &thread, nil,
+            { pointer in
+                guard let pointer else { return nil }
+                let work = Unmanaged<Work>.fromOpaque(pointer).takeRetainedValue()
+                work.body(work.index)
+                return nil
+            }, work)
+        #expect(created == 0)
+        threads.append(thread)
+    }
+    for thread in threads { pthread_join(thread, nil) }
+}
+
+/// Reader-table lines of live slots (`mdb_reader_list` prints a header, then one line per slot).
+private func liveReaderSlots(_ store: PersistentDefaults) -> Int {
+    store.readerTable().split(separator: "\n").filter { !$0.contains("pid") }.count
+}
+
+@Suite("Reads: per-thread read transactions")
+struct ReaderSlotTests {
+    static let counter = PersistentDefaults.Key<Int>("counter", default: 0)
+
+    @Test func moreReaderThreadsThanCoresSeeEveryCommitInOrderAndReleaseTheirSlotsAtExit() throws {
+        var options = PersistentDefaults.Options()
+        options.durability = .bounded(interval: .seconds(10))
+        try withTemporaryStore(options: options) { store, _, log in
+            let before = liveReaderSlots(store)
+            let writes = 2_000
+            let readers = max(ProcessInfo.processInfo.activeProcessorCount * 4, 8)
+            let failures = Guarded<[String]>([])
+            onJoinedThreads(readers + 1) { index in
+                if index == readers {
+                    for value in 1...writes { store[Self.counter] = value }
+                    return
+                }
+                var last = 0
+                while last < writes {
+                    let seen = store[Self.counter]
+                    if seen < last { failures.withLock { $0.append("thread \(index): \(seen) after \(last)") } }
+                    last = seen
+                    // A nested read on the same thread uses a transaction of its own.
+                    if index % 2 == 0,
+                        let outer = try? store.read({ snapshot in (snapshot[Self.counter], store[Self.counter]) }),
+                        outer.1 < outer.0
+                    {
+                        failures.withLock { $0.append("nested read \(outer.1) older than its snapshot \(outer.0)") }
+                    }
+                }
+            }
+            #expect(failures.withLock { $0 }.isEmpty, "\(failures.withLock { $0 }.prefix(5))")
+            #expect(store[Self.counter] == writes)
+            // The joined threads' kept transactions were aborted at their exit.
+            #expect(liveReaderSlots(store) <= before + 1, "\(store.readerTable())")
+            #expect(log.all.isEmpty, "\(log.all)")
+        }
+    }
+
+    @Test func threadsThatKeepReadTransactionsOutliveTheStoreAndReadTheNextOne() throws {
+        try withTemporaryDirectory { path in
+            let opened = Guarded<PersistentDefaults?>(try PersistentDefaults(path: path))
+            opened.withLock { $0?[Self.counter] = 7 }
+            let firstRead = DispatchGroup()
+            let closed = DispatchSemaphore(value: 0)
+            let results = Guarded<[Int]>([])
+            let threads = 6
+            for _ in 0..<threads { firstRead.enter() }
+            let done = DispatchGroup()
+            done.enter()
+            Thread.detachNewThread {
+                onJoinedThreads(threads) { _ in
+                    // No reference kept past the read: the main thread's release must close it.
+                    let first = opened.withLock { $0?[Self.counter] } ?? -1
+                    firstRead.leave()
+                    closed.wait()
+                    // The first store is closed: its environment emptied this thread's slot.
+                    let reopened = try? PersistentDefaults(path: path)
+                    let second = reopened?[Self.counter] ?? -1
+                    results.withLock { $0 += [first, second] }
+                }
+                done.leave()
+            }
+            firstRead.wait()
+            opened.withLock { $0 = nil }  // The last handle: the environment closes here.
+            for _ in 0..<threads { closed.signal() }
+            done.wait()
+            #expect(results.withLock { $0 } == Array(repeating: 7, count: 2 * threads))
+            let store = try PersistentDefaults(path: path)
+            #expect(liveReaderSlots(store) <= 1, "\(store.readerTable())")
+        }
+    }
+}
