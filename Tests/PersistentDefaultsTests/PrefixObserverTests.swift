@@ -98,4 +98,25 @@ import Testing
             #expect(try store.commits(after: 5).map(\.sequence) == Array(6...10))
         }
     }
+
+    /// The usage shown for observing a group of keys, as a user writes it.
+    @Test func groupObservationAsUsersWriteIt() async throws {
+        let store = try PersistentDefaults.temporary()
+        let seen = Events<UInt64>()
+        // A CommitRecord holding only the changes under the prefix.
+        let token = store.observe(prefix: "fleet.") { record in
+            for change in record.changes {
+                print(record.sequence, change.key, change.encodedValue == nil ? "removed" : "set")
+            }
+            seen.append(record.sequence)
+        }
+        let updates = store.updates(prefix: "fleet.")
+        store[PersistentDefaults.Key<Int>("fleet.maxConnections", default: 100)] = 200
+        for await record in updates {  // AsyncSequence form, same records
+            #expect(record.changedKeys == ["fleet.maxConnections"])
+            break
+        }
+        #expect(seen.all == [1])
+        token.cancel()
+    }
 }
