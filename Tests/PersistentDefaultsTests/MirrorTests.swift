@@ -141,6 +141,67 @@ struct MirrorTests {
         }
     }
 
+    /// A mirror of the store in another process (`pdinspect mirror`), started first and live.
+    private func mirrorProcess(_ path: String, _ etcd: EtcdCluster) async throws -> Child {
+        let child = try Child(
+            [
+                "mirror", path, "--etcd", etcd.endpoints.joined(separator: ","), "--etcd-prefix", "/fleet/svc/",
+                "--local-prefix", "fleet.",
+            ], executable: productsDirectory.appendingPathComponent("pdinspect"))
+        let store = try PersistentDefaults(path: path)
+        let revision = try etcd.put("/fleet/svc/ready", typedInt(1))
+        try await waitUntil("the other process's mirror applied a revision", timeout: .seconds(20)) {
+            (try store.mirroredPrefixes().first?.revision ?? 0) >= revision
+        }
+        return child
+    }
+
+    @Test func mirrorsOfOneStoreInTwoProcessesApplyEachRevisionOnce() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let other = try await mirrorProcess(path, etcd)
+            defer { other.kill() }
+            let store = try PersistentDefaults(path: path)
+            let mirror = try EtcdMirror(
+                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
+                options: testOptions())
+            try await mirror.start()
+            let before = try store.lastSequence()
+            var last: Int64 = 0
+            for value in 1...40 { last = try etcd.put("/fleet/svc/counter", typedInt(value)) }
+            try await waitUntil("both processes' mirrors saw every revision") {
+                try mirror.appliedRevision >= last && (store.mirroredPrefixes().first?.revision ?? 0) >= last
+            }
+            let records = try store.commits(after: before)
+            #expect(records.count == 40)
+            #expect(records.compactMap { try? $0.changes.first?.storedValue() } == (1...40).map { .int(Int64($0)) })
+            try await mirror.stop()
+        }
+    }
+
+    @Test func aMirrorKilledWhileApplyingIsResumedWithoutLossOrRepeat() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let other = try await mirrorProcess(path, etcd)
+            let store = try PersistentDefaults(path: path)
+            let before = try store.lastSequence()
+            var last: Int64 = 0
+            for value in 1...150 {
+                last = try etcd.put("/fleet/svc/counter", typedInt(value))
+                if value == 60 { other.kill() }  // SIGKILL while it applies the revisions coming in
+            }
+            let mirror = try EtcdMirror(
+                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
+                options: testOptions())
+            try await mirror.start()
+            try await waitUntil("the resumed mirror applied every revision") { mirror.appliedRevision >= last }
+            // Each revision exactly once, in order, whichever process applied it.
+            let values = try store.commits(after: before).compactMap { try? $0.changes.first?.storedValue() }
+            #expect(values == (1...150).map { .int(Int64($0)) })
+            try await mirror.stop()
+        }
+    }
+
     @Test func afterACompactionTheMirrorReReadsThePrefixAndAppliesTheDifferenceInOneCommit() async throws {
         let etcd = try EtcdCluster()
         try await withTemporaryDirectoryAsync { path in
