@@ -21,9 +21,12 @@ private func testOptions() -> EtcdMirror.Options {
     return options
 }
 
-/// The records logged after `sequence`, as (sequence, changed names).
-private func commits(_ store: PersistentDefaults, after sequence: UInt64) throws -> [CommitRecord] {
-    try store.commits(after: sequence)
+/// A mirror of etcd's `/fleet/svc/` into the store's `fleet.` keys.
+private func fleetMirror(
+    _ store: PersistentDefaults, _ etcd: EtcdCluster, options: EtcdMirror.Options = testOptions()
+) throws -> EtcdMirror {
+    try EtcdMirror(
+        store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.", options: options)
 }
 
 @Suite(.serialized, .timeLimit(.minutes(3)))
@@ -39,9 +42,7 @@ struct MirrorTests {
             store[.counter] = 9  // Not in etcd: removed by the copy.
             store[.unrelated] = 5
             let before = try store.lastSequence()
-            let mirror = try EtcdMirror(
-                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
-                options: testOptions())
+            let mirror = try fleetMirror(store, etcd)
             try await mirror.start()
             let (_, revision) = try etcd.range("/fleet/svc/")
             #expect(store[.mirroredMax] == 300)
@@ -65,9 +66,7 @@ struct MirrorTests {
         let etcd = try EtcdCluster()
         try await withTemporaryDirectoryAsync { path in
             let store = try PersistentDefaults(path: path)
-            let mirror = try EtcdMirror(
-                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
-                options: testOptions())
+            let mirror = try fleetMirror(store, etcd)
             try await mirror.start()
             let seen = Guarded<[Int]>([])
             let batches = Guarded<[[String]]>([])
@@ -94,9 +93,7 @@ struct MirrorTests {
         let etcd = try EtcdCluster()
         try await withTemporaryDirectoryAsync { path in
             let store = try PersistentDefaults(path: path)
-            let first = try EtcdMirror(
-                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
-                options: testOptions())
+            let first = try fleetMirror(store, etcd)
             try await first.start()
             try await first.stop()
             let before = try store.lastSequence()
@@ -104,9 +101,7 @@ struct MirrorTests {
             for value in 1...3 { revisions.append(try etcd.put("/fleet/svc/counter", typedInt(value))) }
             _ = try etcd.put("/other/noise", typedInt(0))
             revisions.append(try etcd.delete("/fleet/svc/counter"))
-            let second = try EtcdMirror(
-                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
-                options: testOptions())
+            let second = try fleetMirror(store, etcd)
             try await second.start()
             try await waitUntil("every revision is applied") { second.appliedRevision >= revisions.last! }
             let records = try store.commits(after: before)
@@ -125,9 +120,7 @@ struct MirrorTests {
         try await withTemporaryDirectoryAsync { path in
             let store = try PersistentDefaults(path: path)
             let mirrors = try (0..<2).map { _ in
-                try EtcdMirror(
-                    store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
-                    options: testOptions())
+                try fleetMirror(store, etcd)
             }
             for mirror in mirrors { try await mirror.start() }
             let before = try store.lastSequence()
@@ -162,9 +155,7 @@ struct MirrorTests {
             let other = try await mirrorProcess(path, etcd)
             defer { other.kill() }
             let store = try PersistentDefaults(path: path)
-            let mirror = try EtcdMirror(
-                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
-                options: testOptions())
+            let mirror = try fleetMirror(store, etcd)
             try await mirror.start()
             let before = try store.lastSequence()
             var last: Int64 = 0
@@ -190,9 +181,7 @@ struct MirrorTests {
                 last = try etcd.put("/fleet/svc/counter", typedInt(value))
                 if value == 60 { other.kill() }  // SIGKILL while it applies the revisions coming in
             }
-            let mirror = try EtcdMirror(
-                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
-                options: testOptions())
+            let mirror = try fleetMirror(store, etcd)
             try await mirror.start()
             try await waitUntil("the resumed mirror applied every revision") { mirror.appliedRevision >= last }
             // Each revision exactly once, in order, whichever process applied it.
@@ -207,9 +196,7 @@ struct MirrorTests {
         try await withTemporaryDirectoryAsync { path in
             let store = try PersistentDefaults(path: path)
             _ = try etcd.put("/fleet/svc/banner", #"{"type":"string","value":"old"}"#)
-            let first = try EtcdMirror(
-                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
-                options: testOptions())
+            let first = try fleetMirror(store, etcd)
             try await first.start()
             try await first.stop()
             for value in 1...5 { _ = try etcd.put("/fleet/svc/counter", typedInt(value)) }
@@ -217,9 +204,7 @@ struct MirrorTests {
             let newest = try etcd.put("/other/noise", typedInt(0))
             try etcd.compact(newest)
             let before = try store.lastSequence()
-            let second = try EtcdMirror(
-                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
-                options: testOptions())
+            let second = try fleetMirror(store, etcd)
             try await second.start()
             try await waitUntil("the re-read is applied") { second.appliedRevision >= newest }
             #expect(store[.counter] == 5)
@@ -238,9 +223,7 @@ struct MirrorTests {
             storeOptions.errorHandler = { log.append($0) }
             let store = try PersistentDefaults(path: path, options: storeOptions)
             _ = try etcd.put("/fleet/svc/maxConnections", typedInt(300))
-            let mirror = try EtcdMirror(
-                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
-                options: testOptions())
+            let mirror = try fleetMirror(store, etcd)
             try await mirror.start()
             let before = try store.lastSequence()
             #expect(
@@ -282,9 +265,7 @@ struct MirrorTests {
             storeOptions.errorHandler = { log.append($0) }
             let store = try PersistentDefaults(path: path, options: storeOptions)
             _ = try etcd.put("/fleet/svc/maxConnections", typedInt(300))
-            let mirror = try EtcdMirror(
-                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
-                options: testOptions())
+            let mirror = try fleetMirror(store, etcd)
             try await mirror.start()
             let revision = try etcd.txn([
                 ("/fleet/svc/maxConnections", "300 connections"),
@@ -313,9 +294,7 @@ struct MirrorTests {
             _ = try etcd.put("/fleet/svc/maxConnections", typedInt(300))
             var options = testOptions()
             options.consistencyCheckInterval = .milliseconds(200)
-            let mirror = try EtcdMirror(
-                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
-                options: options)
+            let mirror = try fleetMirror(store, etcd, options: options)
             try await mirror.start()
             // What a dropped watch event leaves: the local copy differs, the revision does not.
             try store.core.write { writer in
@@ -377,9 +356,7 @@ struct MirrorTests {
         let etcd = try EtcdCluster()
         try await withTemporaryDirectoryAsync { path in
             let store = try PersistentDefaults(path: path)
-            let mirror = try EtcdMirror(
-                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
-                options: testOptions())
+            let mirror = try fleetMirror(store, etcd)
             try await mirror.start()
             await #expect(throws: EtcdMirrorError.keyOutsidePrefix(key: "local.unrelated", localPrefix: "fleet.")) {
                 try await mirror.set(1, for: .unrelated)
@@ -400,9 +377,7 @@ struct MirrorTests {
             try await withTemporaryDirectoryAsync { second in
                 let stores = [try PersistentDefaults(path: first), try PersistentDefaults(path: second)]
                 let mirrors = try stores.map { store in
-                    try EtcdMirror(
-                        store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
-                        options: testOptions())
+                    try fleetMirror(store, etcd)
                 }
                 for mirror in mirrors { try await mirror.start() }
                 try await withThrowingTaskGroup(of: Void.self) { group in
