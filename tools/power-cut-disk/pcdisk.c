@@ -433,15 +433,20 @@ static int mode_argument(int flags, va_list arguments) {
     return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? va_arg(arguments, int) : 0;
 }
 
+/// open/openat and their 64-bit twins, after the variadic mode was read: one body for all four.
+static int interposed_open(int directory, const char *path, int flags, int mode) {
+    int fd = directory == AT_FDCWD ? real_open(path, flags, mode) : real_openat(directory, path, flags, mode);
+    if (fd >= 0 && (directory == AT_FDCWD || path[0] == '/')) opened(fd, path, flags);
+    return fd;
+}
+
 int open(const char *path, int flags, ...) {
     resolve();
     va_list arguments;
     va_start(arguments, flags);
     int mode = mode_argument(flags, arguments);
     va_end(arguments);
-    int fd = real_open(path, flags, mode);
-    if (fd >= 0) opened(fd, path, flags);
-    return fd;
+    return interposed_open(AT_FDCWD, path, flags, mode);
 }
 
 int open64(const char *path, int flags, ...) {
@@ -450,9 +455,7 @@ int open64(const char *path, int flags, ...) {
     va_start(arguments, flags);
     int mode = mode_argument(flags, arguments);
     va_end(arguments);
-    int fd = real_open(path, flags, mode);
-    if (fd >= 0) opened(fd, path, flags);
-    return fd;
+    return interposed_open(AT_FDCWD, path, flags, mode);
 }
 
 int openat(int directory, const char *path, int flags, ...) {
@@ -461,9 +464,7 @@ int openat(int directory, const char *path, int flags, ...) {
     va_start(arguments, flags);
     int mode = mode_argument(flags, arguments);
     va_end(arguments);
-    int fd = real_openat(directory, path, flags, mode);
-    if (fd >= 0 && (directory == AT_FDCWD || path[0] == '/')) opened(fd, path, flags);
-    return fd;
+    return interposed_open(directory, path, flags, mode);
 }
 
 int openat64(int directory, const char *path, int flags, ...) {
@@ -472,9 +473,7 @@ int openat64(int directory, const char *path, int flags, ...) {
     va_start(arguments, flags);
     int mode = mode_argument(flags, arguments);
     va_end(arguments);
-    int fd = real_openat(directory, path, flags, mode);
-    if (fd >= 0 && (directory == AT_FDCWD || path[0] == '/')) opened(fd, path, flags);
-    return fd;
+    return interposed_open(directory, path, flags, mode);
 }
 
 int close(int fd) {
