@@ -230,14 +230,7 @@ private let queueKey = DispatchSpecificKey<Bool>()
             let changes = Events<KeyChange<Int>>()
             let token = store.observe(.launchCount) { changes.append($0) }
             store[.launchCount] = 1
-            let script = """
-                import lmdb, sys
-                env = lmdb.open(sys.argv[1], max_dbs=8, subdir=True)
-                db = env.open_db(b"values")
-                with env.begin(write=True) as txn:
-                    txn.put(b"launchCount", bytes([2]) + (77).to_bytes(8, "big"), db=db)
-                """
-            #expect(try runPython(script, path) == 0)
+            #expect(try setIntBypassingTheLog(path, key: "launchCount", value: 77) == 0)
             #expect(changes.wait(forCount: 2))
             #expect(changes.all.map(\.newValue) == [1, 77])
             #expect(changes.all.last?.oldValue == 1)
@@ -249,4 +242,17 @@ private let queueKey = DispatchSpecificKey<Bool>()
 /// Runs a Python script; returns its exit status.
 func runPython(_ script: String, _ arguments: String...) throws -> Int32 {
     try runProcess(URL(fileURLWithPath: "/usr/bin/env"), ["python3", "-c", script] + arguments).status
+}
+
+/// Stores the Int `value` under `key` with Python's `lmdb`, a client that writes no commit-log
+/// record and does not know the wake-up channel; returns the script's exit status.
+func setIntBypassingTheLog(_ path: String, key: String, value: Int) throws -> Int32 {
+    let script = """
+        import lmdb, sys
+        env = lmdb.open(sys.argv[1], max_dbs=8, subdir=True)
+        db = env.open_db(b"values")
+        with env.begin(write=True) as txn:
+            txn.put(sys.argv[2].encode(), bytes([2]) + int(sys.argv[3]).to_bytes(8, "big"), db=db)
+        """
+    return try runPython(script, path, key, String(value))
 }
