@@ -45,8 +45,6 @@ struct Settings {
     }
 }
 
-let productsDirectory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
-
 func runRound(
     path: String, settings: Settings, round: Int, random: inout SplitMix64
 ) throws -> (reports: [WriterReport], kills: Int, problems: [String]) {
@@ -104,19 +102,6 @@ func runRound(
         reports.append(WriterReport(processID: child.process.processIdentifier, acknowledged: acknowledged))
     }
     return (reports, kills, problems)
-}
-
-func pdinspectCheck(_ path: String) throws -> String? {
-    let process = Process()
-    process.executableURL = productsDirectory.appendingPathComponent("pdinspect")
-    process.arguments = ["check", path]
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardError = output
-    try process.run()
-    let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    process.waitUntilExit()
-    return process.terminationStatus == 0 ? nil : "pdinspect check exited \(process.terminationStatus): \(text)"
 }
 
 func main() -> Int32 {

@@ -86,8 +86,6 @@ struct CutOutcome {
     var crashSignal: Int32?
 }
 
-let productsDirectory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
-
 func runWriter(path: String, settings: Settings, disk: String, random: inout SplitMix64) throws -> CutOutcome {
     var environment = ProcessInfo.processInfo.environment
     environment["PD_DURABILITY"] = settings.mode == .sync ? "sync" : "bounded"
@@ -153,28 +151,6 @@ func runWriter(path: String, settings: Settings, disk: String, random: inout Spl
         outcome.times[ack.number] = ack.time
     }
     return outcome
-}
-
-/// Runs `pdinspect check` in a child: nil when it passes, else how it failed (a crash included).
-func pdinspectCheck(_ path: String) throws -> String? {
-    let process = Process()
-    process.executableURL = productsDirectory.appendingPathComponent("pdinspect")
-    process.arguments = ["check", path]
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardError = output
-    try process.run()
-    guard let text = OutputDrain(output.fileHandleForReading).text(timeout: 120) else {
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-        return "pdinspect check hung"
-    }
-    process.waitUntilExit()
-    if process.terminationReason == .uncaughtSignal {
-        return "pdinspect check crashed (signal \(process.terminationStatus))"
-    }
-    let firstLine = text.split(separator: "\n").first.map(String.init) ?? ""
-    return process.terminationStatus == 0 ? nil : "pdinspect check: \(firstLine)"
 }
 
 /// A problem line with its numbers and paths taken out, to count failures by kind.
