@@ -1,18 +1,11 @@
 import Foundation
+@_spi(Inspect) import PersistentDefaults
 
-/// The JSON encoders and decoder `pdinspect` uses everywhere.
+/// The JSON encoders and decoder `pdinspect` uses everywhere: the library's typed JSON form
+/// (sorted keys, non-finite doubles as `inf`, `-inf`, `nan`).
 enum JSONCoding {
-    private static let nonFinite = (positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
-
     /// One line, sorted keys: for `log --follow`, `watch` and stored JSON values.
-    static var compact: JSONEncoder {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        encoder.nonConformingFloatEncodingStrategy = .convertToString(
-            positiveInfinity: nonFinite.positiveInfinity, negativeInfinity: nonFinite.negativeInfinity,
-            nan: nonFinite.nan)
-        return encoder
-    }
+    static var compact: JSONEncoder { StoredValue.typedJSONEncoder() }
 
     /// Indented, sorted keys: for documents.
     static var pretty: JSONEncoder {
@@ -21,11 +14,5 @@ enum JSONCoding {
         return encoder
     }
 
-    static var decoder: JSONDecoder {
-        let decoder = JSONDecoder()
-        decoder.nonConformingFloatDecodingStrategy = .convertFromString(
-            positiveInfinity: nonFinite.positiveInfinity, negativeInfinity: nonFinite.negativeInfinity,
-            nan: nonFinite.nan)
-        return decoder
-    }
+    static var decoder: JSONDecoder { StoredValue.typedJSONDecoder() }
 }

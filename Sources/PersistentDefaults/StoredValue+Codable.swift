@@ -171,24 +171,34 @@ public indirect enum JSONValue: Codable, Sendable, Equatable {
     }
 }
 
-extension JSONCoding {
+extension StoredValue {
     private static let nonFinite = (positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
 
-    /// One line, sorted keys, non-finite doubles as strings: the typed JSON form.
-    static let typedEncoder: JSONEncoder = {
+    /// A new encoder of the typed JSON form: one line, sorted keys, non-finite doubles as the
+    /// strings `inf`, `-inf` and `nan`. `pdinspect` writes all its JSON with it.
+    @_spi(Inspect)
+    public static func typedJSONEncoder() -> JSONEncoder {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         encoder.nonConformingFloatEncodingStrategy = .convertToString(
             positiveInfinity: nonFinite.positiveInfinity, negativeInfinity: nonFinite.negativeInfinity,
             nan: nonFinite.nan)
         return encoder
-    }()
+    }
 
-    static let typedDecoder: JSONDecoder = {
+    /// A new decoder of the typed JSON form (see ``typedJSONEncoder()``).
+    @_spi(Inspect)
+    public static func typedJSONDecoder() -> JSONDecoder {
         let decoder = JSONDecoder()
         decoder.nonConformingFloatDecodingStrategy = .convertFromString(
             positiveInfinity: nonFinite.positiveInfinity, negativeInfinity: nonFinite.negativeInfinity,
             nan: nonFinite.nan)
         return decoder
-    }()
+    }
+}
+
+extension JSONCoding {
+    /// The typed JSON form's coders, made once.
+    static let typedEncoder = StoredValue.typedJSONEncoder()
+    static let typedDecoder = StoredValue.typedJSONDecoder()
 }
