@@ -253,14 +253,31 @@ final class StoreCore: Sendable {
     /// The records after `sequence`, oldest first, at most `limit`.
     func commits(after sequence: UInt64, limit: Int, in transaction: Transaction) throws -> [CommitRecord] {
         var records: [CommitRecord] = []
-        guard sequence < .max, limit > 0 else { return records }
-        try sequenceKey(sequence + 1).withUnsafeBytes { start in
-            try transaction.forEach(databases.log, from: start) { key, value in
-                records.append(try CommitRecord(sequence: try logSequence(fromKey: key), bytes: value))
-                return records.count < limit
-            }
+        guard limit > 0 else { return records }
+        try forEachLogRecord(after: sequence, in: transaction) { _, record in
+            records.append(try record.get())
+            return records.count < limit
         }
         return records
+    }
+
+    /// Visits the log records after `sequence` in key order until `body` returns false, each as
+    /// its sequence number (nil when the key is not one) and its decoded record or the error its
+    /// key or bytes gave: strict readers throw it, delivery skips it.
+    func forEachLogRecord(
+        after sequence: UInt64, in transaction: Transaction,
+        _ body: (_ number: UInt64?, _ record: Result<CommitRecord, PersistentDefaultsError>) throws -> Bool
+    ) throws {
+        guard sequence < .max else { return }
+        try sequenceKey(sequence + 1).withUnsafeBytes { start in
+            try transaction.forEach(databases.log, from: start) { key, value in
+                let number = Result { () throws(PersistentDefaultsError) in try logSequence(fromKey: key) }
+                let record = number.flatMap { number in
+                    Result { () throws(PersistentDefaultsError) in try CommitRecord(sequence: number, bytes: value) }
+                }
+                return try body(try? number.get(), record)
+            }
+        }
     }
 }
 

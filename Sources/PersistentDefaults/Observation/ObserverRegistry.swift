@@ -446,20 +446,18 @@ extension StoreCore {
     /// (pruned) or damaged makes the batch incomplete instead of failing it.
     func readLog(after sequence: UInt64, in transaction: Transaction) throws -> LogBatch {
         var batch = LogBatch(newest: sequence)
-        guard sequence < .max else { return batch }
-        try sequenceKey(sequence + 1).withUnsafeBytes { start in
-            try transaction.forEach(databases.log, from: start) { key, value in
-                do throws(PersistentDefaultsError) {
-                    let number = try logSequence(fromKey: key)
-                    if number != batch.newest &+ 1 { batch.isIncomplete = true }
-                    batch.newest = number
-                    batch.records.append(try CommitRecord(sequence: number, bytes: value))
-                } catch {
-                    batch.isIncomplete = true
-                    batch.damaged.append(error)
-                }
-                return true
+        try forEachLogRecord(after: sequence, in: transaction) { number, record in
+            if let number {
+                if number != batch.newest &+ 1 { batch.isIncomplete = true }
+                batch.newest = number
             }
+            switch record {
+            case .success(let record): batch.records.append(record)
+            case .failure(let error):
+                batch.isIncomplete = true
+                batch.damaged.append(error)
+            }
+            return true
         }
         return batch
     }
