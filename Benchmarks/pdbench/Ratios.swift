@@ -133,6 +133,12 @@ func computeRatios(_ rows: [Measurement]) -> [Ratio] {
                     name: "store file / logical bytes (\(scale) keys)", target: "≤ 2.5×",
                     measured: format(value, decimals: 2) + "×", verdict: value <= 2.5 ? "MET" : "MISSED"))
         }
+        if let raw = byName["scale/\(scale)-keys/raw-lmdb-file-vs-logical"]?.value {
+            ratios.append(
+                Ratio(
+                    name: "raw LMDB file / logical bytes (\(scale) keys), the floor", target: "none",
+                    measured: format(raw, decimals: 2) + "×", verdict: "INFO"))
+        }
     }
     ratio(
         "8 concurrent durable writers / 1 writer", target: "≥ 4× commits/s",

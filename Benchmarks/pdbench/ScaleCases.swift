@@ -70,9 +70,51 @@ private func scale(count: Int, _ context: RunContext) throws -> [Measurement] {
             Measurement(
                 prefix + "store-file-vs-logical", value: fileSize / logical, unit: "x",
                 note: "data.mdb size / (key name bytes + 8 bytes per Int); includes the commit log"))
+        let statistics = try store.statistics()
+        let logBytes = statistics.log.pageSize * (statistics.log.branchPages + statistics.log.leafPages
+            + statistics.log.overflowPages)
+        let valueBytes = statistics.values.pageSize * (statistics.values.branchPages + statistics.values.leafPages
+            + statistics.values.overflowPages)
+        results.append(
+            Measurement(
+                prefix + "store-log-vs-logical", value: Double(logBytes) / logical, unit: "x",
+                note: "pages of the commit log / logical bytes: one record of every imported key"))
+        results.append(
+            Measurement(
+                prefix + "store-values-vs-logical", value: Double(valueBytes) / logical, unit: "x",
+                note: "pages of the values database / logical bytes"))
+        results.append(try rawFileVsLogical(names: names, logical: logical, prefix: prefix, context))
     }
     results += try userDefaultsOpen(count: count, names: prefix)
     return results
+}
+
+/// The floor of `store-file-vs-logical`: raw LMDB (one unnamed database, no log) holding the
+/// same keys, each an 8-byte Int, imported in the same order and batches.
+private func rawFileVsLogical(
+    names: [String], logical: Double, prefix: String, _ context: RunContext
+) throws -> Measurement {
+    try context.withTemporaryDirectory("scale-raw") { path in
+        do {
+            let lmdb = try RawLMDB(path: path, noSync: true)
+            let batch = 10_000
+            for start in stride(from: 0, to: names.count, by: batch) {
+                try lmdb.write { transaction in
+                    for index in start..<min(start + batch, names.count) {
+                        try Array(names[index].utf8).withUnsafeBytes { key in
+                            try withUnsafeBytes(of: index) { try lmdb.put(transaction, key: key, value: $0) }
+                        }
+                    }
+                }
+            }
+        }  // Closed here.
+        let fileSize =
+            (try FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? NSNumber)?
+            .doubleValue ?? 0
+        return Measurement(
+            prefix + "raw-lmdb-file-vs-logical", value: fileSize / logical, unit: "x",
+            note: "the floor: raw LMDB, one unnamed database, the same keys and batches, no log")
+    }
 }
 
 /// Writes a suite's plist holding `count` keys, then times, in child processes, opening the

@@ -143,6 +143,10 @@ public final class PersistentDefaults: Sendable {
         let encoded = try core.encode(value, for: key)
         // Before joining a group commit: a value over the limit must fail this call only.
         try core.checkSize(encoded, of: key.name)
+        guard joinsGroupCommit else {
+            // Not through `writeOne`: its escaping closure would cost an allocation per set.
+            return try write(sizeHint: encoded.count) { try $0.set(value, encoded: encoded, for: key) }
+        }
         try writeOne(sizeHint: encoded.count) { try $0.set(value, encoded: encoded, for: key) }
     }
 
@@ -189,13 +193,16 @@ public final class PersistentDefaults: Sendable {
     /// Writes one key. In `.sync` mode, writes of several threads that wait at once share one
     /// durable commit (see `GroupCommit`); each still returns only once its write is durable.
     private func writeOne(sizeHint: Int, _ operation: @escaping @Sendable (WriteTransaction) throws -> Void) throws {
-        // Inside a read or write scope of its own, a thread must not wait for a leader: the
-        // leader may need the gate exclusively to grow the map.
-        guard core.options.durability == .sync, !core.environment.gate.isHeldByCurrentThread else {
-            return try write(sizeHint: sizeHint) { try operation($0) }
-        }
+        guard joinsGroupCommit else { return try write(sizeHint: sizeHint) { try operation($0) } }
         if isReadOnly { throw PersistentDefaultsError.readOnly(path: path) }
         try core.groupCommit.perform(core: core, sizeHint: sizeHint, operation)
+    }
+
+    /// Whether a single-key write of this thread joins a group commit: in `.sync` mode, unless
+    /// the thread is inside a read or write scope of its own, where it must not wait for a
+    /// leader (the leader may need the gate exclusively to grow the map).
+    private var joinsGroupCommit: Bool {
+        core.options.durability == .sync && !core.environment.gate.isHeldByCurrentThread
     }
 
     private func write<R>(sizeHint: Int, _ body: (WriteTransaction) throws -> R) throws -> R {

@@ -39,6 +39,8 @@ final class StoreCore: Sendable {
     /// The Observation-framework trackers of keys read through property wrappers, by the key
     /// name's UTF-8 bytes (a key name is its bytes; `String` equality would merge NFC and NFD).
     let trackers = Locked<[[UInt8]: KeyTracker]>([:])
+    /// What this process's newest logged commit left for the next write transaction.
+    let commitCache = Locked<CommitCache?>(nil)
 
     /// Whether the store's directory is removed when it closes (a temporary store).
     let isTemporary: Bool
@@ -147,55 +149,97 @@ final class StoreCore: Sendable {
     /// changed) for the caller to deliver once it holds no lead or lock.
     func commit<R>(sizeHint: Int = 0, _ body: (WriteTransaction) throws -> R) throws -> (R, CommitRecord?) {
         var committed: CommitRecord?
+        var carried: CommitCache?
         let result = try environment.withWrite(sizeHint: sizeHint) { transaction in
-            let writer = WriteTransaction(core: self, transaction: transaction)
+            let id = transaction.id
+            let cache = commitCache.withLock { $0 }.flatMap { $0.isValid(inTransaction: id) ? $0 : nil }
+            let writer = WriteTransaction(core: self, transaction: transaction, cache: cache)
             defer { writer.invalidate() }
             let result = try body(writer)
             committed = try writer.finish()
+            carried = committed.map { record in
+                CommitCache(
+                    transactionID: id, lastSequence: record.sequence,
+                    // Owners read before this transaction wrote `meta` may be stale.
+                    mirrorOwners: transaction.wrote(databases.meta) ? nil : writer.mirrorOwners)
+            }
             return result
+        }
+        // Only after the commit succeeded: a transaction that failed to commit must never be
+        // taken for the last one (another process may commit that transaction ID instead).
+        if let carried {
+            commitCache.withLock { cache in
+                // A slower thread must not put back an older commit's facts.
+                if (cache?.transactionID ?? .min) < carried.transactionID { cache = carried }
+            }
         }
         flusher?.markDirty()
         return (result, committed)
     }
 
-    /// Appends `changes` as the next record and prunes the oldest records past either bound of
-    /// the retention: more than `logRetention` records, or more than `logRetentionBytes` of pages
-    /// in the log database. The new record is always kept. Throws
-    /// ``PersistentDefaultsError/corruptLogRecord(sequence:reason:)`` when a log key on the way
-    /// is not a sequence number: the write fails instead of trapping or reusing a number.
-    func appendLog(_ changes: [CommitRecord.Change], in transaction: Transaction) throws -> CommitRecord {
-        let last = try lastSequence(in: transaction)
+    /// Appends `changes` as the next record and prunes the log in batches (see `pruneLog`).
+    /// Throws ``PersistentDefaultsError/corruptLogRecord(sequence:reason:)`` when a log key on
+    /// the way is not a sequence number: the write fails instead of trapping or reusing a number.
+    ///
+    /// `cachedLastSequence` is the newest sequence as this process's previous commit left it,
+    /// when that commit is the store's last one (see `CommitCache`); else the log is read.
+    func appendLog(
+        _ changes: [CommitRecord.Change], cachedLastSequence: UInt64? = nil, in transaction: Transaction
+    ) throws -> CommitRecord {
+        let last = try cachedLastSequence ?? lastSequence(in: transaction)
         guard last < validSequences.upperBound else {
             throw PersistentDefaultsError.corruptLogRecord(
                 sequence: last, reason: "no sequence number follows \(last), the largest the log may hold")
         }
-        let record = CommitRecord(sequence: last + 1, timestamp: Date(), processID: getpid(), changes: changes)
-        let encoded = record.encoded
-        transaction.noteLogged(mask: changes.reduce(0) { $0 | WakeChannel.bit(forKeyNamed: $1.key.utf8) })
-        try sequenceKey(record.sequence).withUnsafeBytes { key in
-            try encoded.withUnsafeBytes { try transaction.put(databases.log, key, $0) }
+        let record = CommitRecord(
+            sequence: last + 1, timestamp: Date(), processID: CurrentProcess.id, changes: changes)
+        var mask: UInt64 = 0
+        for change in changes { mask |= WakeChannel.bit(forKeyNamed: change.key.utf8) }
+        transaction.noteLogged(mask: mask)
+        try withUnsafeBytes(of: record.sequence.bigEndian) { key in
+            try transaction.put(databases.log, key, reserving: record.encodedCount) { record.encode(into: $0) }
         }
+        try pruneLog(newest: record.sequence, in: transaction)
+        return record
+    }
+
+    /// How many records past ``PersistentDefaults/Options/logRetention`` the log may hold
+    /// before a commit prunes it: 1/16 of the retention, between 1 and 64.
+    static func pruneSlack(retention: Int) -> UInt64 { UInt64(min(max(retention / 16, 1), 64)) }
+
+    /// Prunes the oldest records in batches, never the newest (`newest`).
+    ///
+    /// By count: a commit whose sequence is a multiple of the slack (`pruneSlack`) deletes every
+    /// record more than `logRetention` behind it, so the log holds between `logRetention` and
+    /// `logRetention + slack - 1` records, and the other commits open no cursor. The schedule
+    /// depends only on the sequence, so it holds whichever process makes the commit.
+    ///
+    /// By bytes: when the log's pages take more than `logRetentionBytes` plus 1/16 of it, the
+    /// oldest records are deleted until they take at most `logRetentionBytes`.
+    ///
+    /// The log's size is what its B-tree and overflow pages take in data.mdb, from `mdb_stat`,
+    /// which copies the counters LMDB keeps in the transaction's database record (mdb.c,
+    /// mdb_stat0): O(1), no scan, exact also after other processes' commits, and nothing new in
+    /// the file format. Deleting a record frees its overflow pages at once, so the counters drop
+    /// as the loop deletes; small records free a leaf page every few dozen deletions.
+    private func pruneLog(newest: UInt64, in transaction: Transaction) throws {
         let retention = UInt64(max(options.logRetention, 1))
-        let cutoff = record.sequence > retention ? record.sequence - retention : 0
+        let cutoff = newest > retention ? newest - retention : 0
+        let countDue = cutoff > 0 && newest % Self.pruneSlack(retention: options.logRetention) == 0
         let byteBound = max(options.logRetentionBytes, 0)
-        // The size is what the log's B-tree and overflow pages take in data.mdb, from
-        // `mdb_stat`, which copies the counters LMDB keeps in the transaction's database record
-        // (mdb.c, mdb_stat0): O(1), no scan, exact also after other processes' commits, and
-        // nothing new in the file format. Deleting a record frees its overflow pages at once,
-        // so the counters drop as the loop deletes; small records free a leaf page every few
-        // dozen deletions. In the common case (the bound not reached) this is one mdb_stat.
-        var overBytes = try logBytes(in: transaction) > byteBound
-        guard cutoff > 0 || overBytes else { return record }
+        let bytes = try logBytes(in: transaction)
+        let bytesDue = bytes - byteBound > byteBound / 16
+        guard countDue || bytesDue else { return }
+        var overBytes = bytes > byteBound
         try transaction.deleteLeading(databases.log) { key in
             let sequence = try logSequence(fromKey: key)
-            guard sequence < record.sequence else { return false }
-            if sequence <= cutoff { return true }
+            guard sequence < newest else { return false }
+            if countDue, sequence <= cutoff { return true }
             // Measured before each deletion past the count bound: the previous one may have
             // brought the log under the byte bound.
             if overBytes { overBytes = try logBytes(in: transaction) > byteBound }
             return overBytes
         }
-        return record
     }
 
     /// The bytes of the pages that the log database takes (`mdb_stat`: branch, leaf and
@@ -279,6 +323,27 @@ final class StoreCore: Sendable {
             }
         }
     }
+}
+
+/// Facts that a logged commit of this process leaves for the next write transaction, so that
+/// it need not read them again: the newest log sequence (an `MDB_LAST` cursor otherwise) and the
+/// mirror owners in `meta` (a cursor over `meta` otherwise).
+///
+/// They are true exactly in the write transaction whose ID is one more than `transactionID`:
+/// LMDB gives each write transaction the last committed one's ID plus one (mdb.c,
+/// `mdb_txn_renew0`: `txn->mt_txnid = meta->mm_txnid; txn->mt_txnid++`), so any commit in
+/// between — by another process, another handle of this process, or a write that did not go
+/// through here — leaves a larger ID and the facts are read again. Recorded only after the
+/// commit succeeded, and only for a commit that logged a record (an empty commit writes no meta
+/// page and does not advance the ID).
+struct CommitCache: Sendable {
+    var transactionID: Int
+    var lastSequence: UInt64
+    /// Nil when unknown: not read, or `meta` written in that transaction.
+    var mirrorOwners: [(localPrefix: [UInt8], record: [UInt8])]?
+
+    /// Whether the facts hold in the write transaction with ID `id`.
+    func isValid(inTransaction id: Int) -> Bool { transactionID &+ 1 == id }
 }
 
 /// Passes errors to the handler; decoding failures only once per key and reason.

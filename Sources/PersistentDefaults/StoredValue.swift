@@ -165,9 +165,16 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
 
     /// The on-disk bytes: tag then payload.
     public var bytes: [UInt8] {
-        var out: [UInt8] = [tag.rawValue]
+        var out: [UInt8] = []
+        // One allocation of the final size for the fixed-width payloads and the common texts.
+        switch self {
+        case .int, .uint, .double, .date: out.reserveCapacity(9)
+        case .string(let value), .json(let value): out.reserveCapacity(1 + value.utf8.count)
+        case .data(let value): out.reserveCapacity(1 + value.count)
+        default: out.reserveCapacity(17)
+        }
+        out.append(tag.rawValue)
         func append(_ value: UInt64) {
-            out.reserveCapacity(9)
             for shift in stride(from: 56, through: 0, by: -8) {
                 out.append(UInt8(truncatingIfNeeded: value >> UInt64(shift)))
             }

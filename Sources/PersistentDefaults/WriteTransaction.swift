@@ -16,24 +16,73 @@ public final class WriteTransaction {
     private let transaction: Transaction
     private var isValid = true
     private var firstError: (any Error)?
-    /// For each key touched, by the name's UTF-8 bytes (a key name is its bytes: names that
-    /// `String` equality calls equal, such as NFC and NFD forms, are different keys): the name
-    /// and the value's bytes before the transaction and now.
-    private var touched: [[UInt8]: (name: String, old: [UInt8]?, new: [UInt8]?)] = [:]
-    /// The touched names' bytes, in the order first touched.
-    private var order: [[UInt8]] = []
+    /// Each key touched, in the order first touched: the name's UTF-8 bytes (a key name is its
+    /// bytes: names that `String` equality calls equal, such as NFC and NFD forms, are different
+    /// keys), the name, and the value's bytes before the transaction and now.
+    private var touched = TouchedKeys()
+    /// The index in `touched` of each name's bytes, kept once more than `linearSearchLimit` keys
+    /// are touched; a transaction of a few keys finds them by comparing bytes, without hashing.
+    private var touchedIndex: [[UInt8]: Int] = [:]
     /// Log a record even when no value changed: the transaction changed what the log must
     /// account for, such as key declarations in `meta`.
     var logsWithoutValueChanges = false
     /// Set by an ``EtcdMirror`` applying etcd's changes: only such a transaction may write the
     /// keys a mirror owns.
     var appliesMirror = false
-    /// The prefixes that mirrors own, read from `meta` at the first write of a value.
+    /// The prefixes that mirrors own, read from `meta` at the first write of a value, or taken
+    /// from the previous commit's `CommitCache`.
     var mirrorOwners: [(localPrefix: [UInt8], record: [UInt8])]?
+    /// The newest log sequence, from the previous commit's `CommitCache`; nil: read the log.
+    private let cachedLastSequence: UInt64?
 
-    init(core: StoreCore, transaction: Transaction) {
+    private struct TouchedKey {
+        let nameBytes: [UInt8]
+        let name: String
+        let old: [UInt8]?
+        var new: [UInt8]?
+    }
+
+    /// The keys a transaction touched; the first is held inline, so that a single-key `set`
+    /// allocates no array for it.
+    private struct TouchedKeys {
+        private var first: TouchedKey?
+        private var rest: [TouchedKey] = []
+
+        var count: Int { first == nil ? 0 : 1 + rest.count }
+
+        subscript(position: Int) -> TouchedKey {
+            get { position == 0 ? first! : rest[position - 1] }
+            set {
+                if position == 0 { first = newValue } else { rest[position - 1] = newValue }
+            }
+        }
+
+        mutating func append(_ key: TouchedKey) {
+            if first == nil { first = key } else { rest.append(key) }
+        }
+
+        /// The position of the key whose name is `nameBytes`, by comparing bytes.
+        func position(of nameBytes: [UInt8]) -> Int? {
+            guard let first else { return nil }
+            // `==` on arrays first compares their buffers: the same key object's bytes match at once.
+            if first.nameBytes == nameBytes { return 0 }
+            return rest.firstIndex { $0.nameBytes == nameBytes }.map { $0 + 1 }
+        }
+
+        func forEach(_ body: (TouchedKey) throws -> Void) rethrows {
+            guard let first else { return }
+            try body(first)
+            for key in rest { try body(key) }
+        }
+    }
+
+    private static let linearSearchLimit = 8
+
+    init(core: StoreCore, transaction: Transaction, cache: CommitCache? = nil) {
         self.core = core
         self.transaction = transaction
+        cachedLastSequence = cache?.lastSequence
+        mirrorOwners = cache?.mirrorOwners
     }
 
     func invalidate() { isValid = false }
@@ -49,12 +98,13 @@ public final class WriteTransaction {
     /// Logs the changes; nil when nothing changed. Throws the first failed subscript write.
     func finish() throws -> CommitRecord? {
         if let firstError { throw firstError }
-        let changes = order.compactMap { nameBytes -> CommitRecord.Change? in
-            guard let entry = touched[nameBytes], entry.old != entry.new else { return nil }
-            return CommitRecord.Change(key: entry.name, encodedValue: entry.new)
+        var changes: [CommitRecord.Change] = []
+        changes.reserveCapacity(touched.count)
+        touched.forEach { entry in
+            if entry.old != entry.new { changes.append(CommitRecord.Change(key: entry.name, encodedValue: entry.new)) }
         }
         guard !changes.isEmpty || logsWithoutValueChanges else { return nil }
-        return try core.appendLog(changes, in: transaction)
+        return try core.appendLog(changes, cachedLastSequence: cachedLastSequence, in: transaction)
     }
 
     // MARK: Reading
@@ -193,19 +243,45 @@ public final class WriteTransaction {
     private func bytes(
         of key: PersistentDefaults.Keys, in transaction: Transaction
     ) throws -> (old: [UInt8]?, new: [UInt8]?) {
-        if let entry = touched[key.nameBytes] { return (entry.old, entry.new) }
-        let current = try core.encodedValue(named: key.nameBytes, in: transaction)
-        touched[key.nameBytes] = (key.name, current, current)
-        order.append(key.nameBytes)
-        return (current, current)
+        let entry = touched[try touchedPosition(of: key, in: transaction)]
+        return (entry.old, entry.new)
     }
+
+    /// The key's position in `touched`; a key not yet touched is added with the bytes it holds.
+    private func touchedPosition(of key: PersistentDefaults.Keys, in transaction: Transaction) throws -> Int {
+        let nameBytes = key.nameBytes
+        let next = touched.count
+        if next <= Self.linearSearchLimit {
+            if let position = touched.position(of: nameBytes) { return position }
+        } else {
+            if touchedIndex.isEmpty {
+                for position in 0..<next { touchedIndex[touched[position].nameBytes] = position }
+            }
+            // One hash: the default is inserted when the name is new.
+            let position = Self.valueOrInsert(&touchedIndex[nameBytes, default: next])
+            if position != next { return position }
+        }
+        let current: [UInt8]?
+        do {
+            current = try core.encodedValue(named: nameBytes, in: transaction)
+        } catch {
+            if !touchedIndex.isEmpty { touchedIndex[nameBytes] = nil }  // Not added after all.
+            throw error
+        }
+        touched.append(TouchedKey(nameBytes: nameBytes, name: key.name, old: current, new: current))
+        return next
+    }
+
+    @inline(__always)
+    private static func valueOrInsert(_ value: inout Int) -> Int { value }
 
     /// Writes `bytes` (nil removes) unless they equal what the transaction already holds; every
     /// write of a value goes through here, so the size limit is checked here.
     func replace(_ key: PersistentDefaults.Keys, with bytes: [UInt8]?, in transaction: Transaction) throws {
         if let bytes { try core.checkSize(bytes, of: key.name) }
         try checkNotMirrored(key, in: transaction)
-        guard bytes != (try self.bytes(of: key, in: transaction)).new else { return }
+        let position = try touchedPosition(of: key, in: transaction)
+        guard bytes != touched[position].new else { return }
         try key.nameBytes.withUnsafeBytes { name in
             if let bytes {
                 try bytes.withUnsafeBytes { try transaction.put(core.databases.values, name, $0) }
@@ -213,7 +289,7 @@ public final class WriteTransaction {
                 try transaction.delete(core.databases.values, name)
             }
         }
-        touched[key.nameBytes]?.new = bytes
+        touched[position].new = bytes
     }
 
     private func recordingFailure(_ body: () throws -> Void) {

@@ -59,17 +59,34 @@ public struct CommitRecord: Sendable, Equatable {
     private static let setMark: UInt8 = 1
     private static let removeMark: UInt8 = 2
 
+    /// The size of the record's value in the log database.
+    var encodedCount: Int {
+        var size = 17  // version, timestamp, process ID, change count
+        for change in changes {
+            size += 3 + change.key.utf8.count + (change.encodedValue.map { 4 + $0.count } ?? 0)
+        }
+        return size
+    }
+
     /// The record's value in the log database (the sequence is its key).
     var encoded: [UInt8] {
-        var writer = ByteWriter()
+        let count = encodedCount
+        return [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            encode(into: UnsafeMutableRawBufferPointer(buffer))
+            initialized = count
+        }
+    }
+
+    /// Writes the record's value into `buffer`, which holds exactly `encodedCount` bytes.
+    func encode(into buffer: UnsafeMutableRawBufferPointer) {
+        var writer = RawByteWriter(buffer)
         writer.append(Self.formatVersion)
         writer.append(UInt64(bitPattern: Int64((timestamp.timeIntervalSince1970 * 1_000_000).rounded())))
         writer.append(UInt32(bitPattern: processID))
         writer.append(UInt32(changes.count))
         for change in changes {
-            let name = Array(change.key.utf8)
-            writer.append(UInt16(name.count))
-            writer.append(contentsOf: name)
+            writer.append(UInt16(change.key.utf8.count))
+            writer.append(contentsOf: change.key.utf8)
             if let value = change.encodedValue {
                 writer.append(Self.setMark)
                 writer.append(UInt32(value.count))
@@ -78,7 +95,7 @@ public struct CommitRecord: Sendable, Equatable {
                 writer.append(Self.removeMark)
             }
         }
-        return writer.bytes
+        precondition(writer.offset == buffer.count, "encodedCount and encode(into:) disagree")
     }
 
     /// Decodes a log record; throws on any malformed byte instead of guessing.
@@ -127,11 +144,44 @@ public struct CommitRecord: Sendable, Equatable {
 struct ByteWriter {
     var bytes: [UInt8] = []
 
+
     mutating func append<T: FixedWidthInteger>(_ value: T) {
         withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
     }
 
     mutating func append(contentsOf other: some Collection<UInt8>) { bytes.append(contentsOf: other) }
+}
+
+/// Writes big-endian integers and bytes into a buffer of known size (LMDB's reserved space).
+struct RawByteWriter {
+    private let buffer: UnsafeMutableRawBufferPointer
+    private(set) var offset = 0
+
+    init(_ buffer: UnsafeMutableRawBufferPointer) { self.buffer = buffer }
+
+    mutating func append<T: FixedWidthInteger>(_ value: T) {
+        let size = MemoryLayout<T>.size
+        precondition(offset + size <= buffer.count, "write past the reserved space")
+        buffer.storeBytes(of: value.bigEndian, toByteOffset: offset, as: T.self)
+        offset += size
+    }
+
+    mutating func append(contentsOf bytes: some Collection<UInt8>) {
+        let written = bytes.withContiguousStorageIfAvailable { source in
+            precondition(offset + source.count <= buffer.count, "write past the reserved space")
+            UnsafeMutableRawBufferPointer(rebasing: buffer[offset...]).copyMemory(from: UnsafeRawBufferPointer(source))
+            return source.count
+        }
+        if let written {
+            offset += written
+            return
+        }
+        for byte in bytes {
+            precondition(offset < buffer.count, "write past the reserved space")
+            buffer[offset] = byte
+            offset += 1
+        }
+    }
 }
 
 /// Reads big-endian integers and bytes, throwing past the end.

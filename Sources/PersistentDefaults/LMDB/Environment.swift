@@ -94,6 +94,9 @@ final class Environment: @unchecked Sendable {
     private var writeBytes = 0
     /// Whether the current write transaction put or deleted anything.
     private var writeTouched = false
+    /// The databases the current write transaction put into or deleted from, one bit per
+    /// database handle (handles are small: at most `mdb_env_set_maxdbs` + 2).
+    private var writeDatabases: UInt64 = 0
     /// Whether the current write transaction appended a commit-log record.
     private var writeLogged = false
     /// The wake-up mask of the current write transaction's changed keys (see `WakeChannel`).
@@ -315,6 +318,7 @@ final class Environment: @unchecked Sendable {
         writeSawMapFull = false
         writeBytes = 0
         writeTouched = false
+        writeDatabases = 0
         writeLogged = false
         writeMask = 0
         let result: R
@@ -358,12 +362,20 @@ final class Environment: @unchecked Sendable {
         writeMask = mask
     }
 
-    /// Records the size of a put in the current write transaction, and whether it hit `MDB_MAP_FULL`.
-    fileprivate func notePut(bytes: Int, code: Int32) {
+    /// Records the size of a put in the current write transaction, the database it changed, and
+    /// whether it hit `MDB_MAP_FULL`.
+    fileprivate func notePut(bytes: Int, code: Int32, database: DatabaseHandle) {
         writeBytes += bytes
         writeTouched = true
+        writeDatabases |= Self.bit(of: database)
         if code == MDB_MAP_FULL { writeSawMapFull = true }
     }
+
+    /// Whether the current write transaction put into or deleted from `database`.
+    fileprivate func wrote(_ database: DatabaseHandle) -> Bool { writeDatabases & Self.bit(of: database) != 0 }
+
+    /// The bit of `database` in `writeDatabases`; handles past 63 share the last bit.
+    private static func bit(of database: DatabaseHandle) -> UInt64 { 1 << UInt64(min(database, 63)) }
 
     // MARK: Map size
 
@@ -635,13 +647,36 @@ struct Transaction {
         var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
         var data = MDB_val(mv_size: value.count, mv_data: UnsafeMutableRawPointer(mutating: value.baseAddress))
         let code = mdb_put(handle, database, &keyValue, &data, 0)
-        environment.notePut(bytes: key.count + value.count, code: code)
+        environment.notePut(bytes: key.count + value.count, code: code, database: database)
         try check(code, "mdb_put")
+    }
+
+    /// Stores `count` bytes under `key`, written by `fill` straight into the page LMDB reserves
+    /// for them (`MDB_RESERVE`), with no buffer in between. lmdb.h: "reserve space for data of
+    /// the given size, but don't copy the given data. Instead, return a pointer to the reserved
+    /// space, which the caller can fill in later - before the next update operation or the
+    /// transaction ends." `fill` must write all `count` bytes and update nothing.
+    func put(
+        _ database: DatabaseHandle, _ key: UnsafeRawBufferPointer, reserving count: Int,
+        _ fill: (UnsafeMutableRawBufferPointer) throws -> Void
+    ) throws {
+        var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
+        var data = MDB_val(mv_size: count, mv_data: nil)
+        let code = mdb_put(handle, database, &keyValue, &data, UInt32(MDB_RESERVE))
+        environment.notePut(bytes: key.count + count, code: code, database: database)
+        try check(code, "mdb_put(MDB_RESERVE)")
+        guard data.mv_size == count, let start = data.mv_data else {
+            throw PersistentDefaultsError.lmdb(code: .invalid, operation: "mdb_put(MDB_RESERVE) reserved no space")
+        }
+        try fill(UnsafeMutableRawBufferPointer(start: start, count: count))
     }
 
     /// Marks this write transaction as one that appended a commit-log record of the keys whose
     /// wake-up bits are `mask`.
     func noteLogged(mask: UInt64) { environment.noteLogged(mask: mask) }
+
+    /// Whether this write transaction has put into or deleted from `database`.
+    func wrote(_ database: DatabaseHandle) -> Bool { environment.wrote(database) }
 
     /// Deletes `key`; returns whether it existed.
     @discardableResult
@@ -649,7 +684,7 @@ struct Transaction {
         var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
         let code = mdb_del(handle, database, &keyValue, nil)
         if code == MDB_NOTFOUND { return false }
-        environment.notePut(bytes: 0, code: code)
+        environment.notePut(bytes: 0, code: code, database: database)
         try check(code, "mdb_del")
         return true
     }
@@ -674,7 +709,7 @@ struct Transaction {
                 return deleted
             }
             let deleteCode = mdb_cursor_del(cursor, 0)
-            environment.notePut(bytes: 0, code: deleteCode)
+            environment.notePut(bytes: 0, code: deleteCode, database: database)
             try check(deleteCode, "mdb_cursor_del")
             deleted += 1
         }
@@ -683,7 +718,7 @@ struct Transaction {
     /// Deletes every entry of a database, keeping the database.
     func empty(_ database: DatabaseHandle) throws {
         let code = mdb_drop(handle, database, 0)
-        environment.notePut(bytes: 0, code: code)
+        environment.notePut(bytes: 0, code: code, database: database)
         try check(code, "mdb_drop")
     }
 
