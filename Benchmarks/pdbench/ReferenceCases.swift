@@ -49,7 +49,7 @@ let referenceCases: [BenchmarkCase] = [
             return [
                 Measurement(
                     "set/int/store-bounded-pruning", samples: samples,
-                    note: "logRetention 100, every commit prunes one log record")
+                    note: "logRetention 100: every 6th commit prunes 6 log records (slack 100/16)")
             ]
         }
     },

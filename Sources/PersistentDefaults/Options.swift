@@ -19,11 +19,19 @@ extension PersistentDefaults {
         public var readOnly = false
         /// The first size of the memory map in bytes; the map grows by itself. Default 1 MiB.
         public var initialMapSize = 1 << 20
-        /// How many commit-log records to keep; older ones are pruned. At least 1. Default 10,000.
+        /// How many commit-log records to keep at least; older ones are pruned. At least 1.
+        /// Default 10,000.
+        ///
+        /// The log is pruned in batches, not on every commit: it may hold up to a slack of
+        /// 1/16 of the retention, at most 64 records, more than this (10,064 by default). Each
+        /// commit whose sequence number is a multiple of the slack prunes back to exactly
+        /// `logRetention`; the commits in between delete nothing. A retention below 32 has a
+        /// slack of 1 and is kept exactly.
         public var logRetention = 10_000
         /// How many bytes of `data.mdb` the commit log may take (its pages, as `mdb_stat` counts
-        /// them); the oldest records past it are pruned in the committing transaction, as with
-        /// ``logRetention``, and the newest record is kept even when it alone is larger.
+        /// them), with a slack of 1/16: once the log's pages exceed this plus 1/16 of it, the
+        /// committing transaction prunes the oldest records until they take at most this, and
+        /// the newest record is kept even when it alone is larger.
         /// Default 4 MiB: thousands of ordinary settings commits fit (10,000 small records take
         /// about 1 MiB, so ``logRetention`` governs them), while a stream of large values keeps
         /// only a few MiB of history instead of growing the file by every value written.

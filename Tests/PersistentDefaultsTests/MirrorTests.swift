@@ -223,6 +223,9 @@ struct MirrorTests {
             storeOptions.errorHandler = { log.append($0) }
             let store = try PersistentDefaults(path: path, options: storeOptions)
             _ = try etcd.put("/fleet/svc/maxConnections", typedInt(300))
+            // A commit before the mirror exists: the next write transaction may take the mirror
+            // owners it read (none) from it, unless the mirror's record in meta invalidates them.
+            store[.unrelated] = 0
             let mirror = try fleetMirror(store, etcd)
             try await mirror.start()
             let before = try store.lastSequence()
