@@ -71,10 +71,14 @@ private func scale(count: Int, _ context: RunContext) throws -> [Measurement] {
                 prefix + "store-file-vs-logical", value: fileSize / logical, unit: "x",
                 note: "data.mdb size / (key name bytes + 8 bytes per Int); includes the commit log"))
         let statistics = try store.statistics()
-        let logBytes = statistics.log.pageSize * (statistics.log.branchPages + statistics.log.leafPages
-            + statistics.log.overflowPages)
-        let valueBytes = statistics.values.pageSize * (statistics.values.branchPages + statistics.values.leafPages
-            + statistics.values.overflowPages)
+        let logBytes =
+            statistics.log.pageSize
+            * (statistics.log.branchPages + statistics.log.leafPages
+                + statistics.log.overflowPages)
+        let valueBytes =
+            statistics.values.pageSize
+            * (statistics.values.branchPages + statistics.values.leafPages
+                + statistics.values.overflowPages)
         results.append(
             Measurement(
                 prefix + "store-log-vs-logical", value: Double(logBytes) / logical, unit: "x",

@@ -68,12 +68,6 @@ public final class WriteTransaction {
             if first.nameBytes == nameBytes { return 0 }
             return rest.firstIndex { $0.nameBytes == nameBytes }.map { $0 + 1 }
         }
-
-        func forEach(_ body: (TouchedKey) throws -> Void) rethrows {
-            guard let first else { return }
-            try body(first)
-            for key in rest { try body(key) }
-        }
     }
 
     private static let linearSearchLimit = 8
@@ -100,7 +94,8 @@ public final class WriteTransaction {
         if let firstError { throw firstError }
         var changes: [CommitRecord.Change] = []
         changes.reserveCapacity(touched.count)
-        touched.forEach { entry in
+        for position in 0..<touched.count {
+            let entry = touched[position]
             if entry.old != entry.new { changes.append(CommitRecord.Change(key: entry.name, encodedValue: entry.new)) }
         }
         guard !changes.isEmpty || logsWithoutValueChanges else { return nil }
@@ -167,7 +162,11 @@ public final class WriteTransaction {
         {
             return
         }
-        try replace(key, with: try storedForm(of: value, encoded: encoded, for: key, in: transaction), in: transaction)
+        // Found once for both steps: a transaction of many keys hashes each name once.
+        let position = key.isEqual == nil ? nil : try touchedPosition(of: key, in: transaction)
+        try replace(
+            key, with: storedForm(of: value, encoded: encoded, for: key, at: position), in: transaction,
+            at: position)
     }
 
     /// The bytes to store for `value`: those the key holds now, or held before the transaction,
@@ -177,22 +176,26 @@ public final class WriteTransaction {
     /// whose keys are not strings, has no fixed order; a date stored with the old tag 0x07 — and
     /// keeping the held bytes makes setting such a value no change: nothing is written or logged
     /// and no observer is called, also when a transaction changes the key and then sets it back.
+    /// `position` is the key's place in `touched`, nil when the key has no `isEqual`.
     private func storedForm<Value>(
-        of value: Value, encoded: [UInt8], for key: PersistentDefaults.Key<Value>, in transaction: Transaction
-    ) throws -> [UInt8] {
-        guard let isEqual = key.isEqual else { return encoded }
-        let entry = try bytes(of: key, in: transaction)
-        for held in entry.old == entry.new ? [entry.new] : [entry.new, entry.old] {
-            guard let held else { continue }
-            if held == encoded { return encoded }
+        of value: Value, encoded: [UInt8], for key: PersistentDefaults.Key<Value>, at position: Int?
+    ) -> [UInt8] {
+        guard let isEqual = key.isEqual, let position else { return encoded }
+        func isEqualForm(_ held: [UInt8]?) -> Bool {
+            guard let held else { return false }
+            if held == encoded { return true }
             // Only JSON and the old date form can encode an equal value differently; every other
             // tag's bytes are canonical, so comparing bytes is enough (and saves a decode).
             guard Self.mayEncodeEqualValuesDifferently(held) || Self.mayEncodeEqualValuesDifferently(encoded) else {
-                continue
+                return false
             }
             // Held bytes that no longer decode are replaced, not compared.
-            if let heldValue = try? key.codec.decode(held), isEqual(heldValue, value) { return held }
+            guard let heldValue = try? key.codec.decode(held) else { return false }
+            return isEqual(heldValue, value)
         }
+        let entry = touched[position]
+        if isEqualForm(entry.new), let held = entry.new { return held }
+        if entry.old != entry.new, isEqualForm(entry.old), let held = entry.old { return held }
         return encoded
     }
 
@@ -239,14 +242,6 @@ public final class WriteTransaction {
         bytes.first == StoredValue.Tag.json.rawValue || bytes.first == StoredValue.legacyDateTag
     }
 
-    /// The key's stored bytes before the transaction and as the transaction holds them now.
-    private func bytes(
-        of key: PersistentDefaults.Keys, in transaction: Transaction
-    ) throws -> (old: [UInt8]?, new: [UInt8]?) {
-        let entry = touched[try touchedPosition(of: key, in: transaction)]
-        return (entry.old, entry.new)
-    }
-
     /// The key's position in `touched`; a key not yet touched is added with the bytes it holds.
     private func touchedPosition(of key: PersistentDefaults.Keys, in transaction: Transaction) throws -> Int {
         let nameBytes = key.nameBytes
@@ -277,10 +272,13 @@ public final class WriteTransaction {
 
     /// Writes `bytes` (nil removes) unless they equal what the transaction already holds; every
     /// write of a value goes through here, so the size limit is checked here.
-    func replace(_ key: PersistentDefaults.Keys, with bytes: [UInt8]?, in transaction: Transaction) throws {
+    /// `position`, when known, is the key's place in `touched`.
+    func replace(
+        _ key: PersistentDefaults.Keys, with bytes: [UInt8]?, in transaction: Transaction, at position: Int? = nil
+    ) throws {
         if let bytes { try core.checkSize(bytes, of: key.name) }
         try checkNotMirrored(key, in: transaction)
-        let position = try touchedPosition(of: key, in: transaction)
+        let position = try position ?? touchedPosition(of: key, in: transaction)
         guard bytes != touched[position].new else { return }
         try key.nameBytes.withUnsafeBytes { name in
             if let bytes {

@@ -266,7 +266,11 @@ import Testing
             store[.launchCount] = 4
             let records = try store.commits(after: 0)
             #expect(records.map(\.sequence) == Array(1...7))
-            #expect(records.map(\.changedKeys) == [["launchCount"], ["counter"], ["launchCount"], ["counter"], ["counter"], ["launchCount"], ["launchCount"]])
+            #expect(
+                records.map(\.changedKeys) == [
+                    ["launchCount"], ["counter"], ["launchCount"], ["counter"], ["counter"], ["launchCount"],
+                    ["launchCount"],
+                ])
             #expect(records.map { $0.processID == getpid() } == [true, false, true, false, false, true, true])
             #expect(try store.verify().isEmpty)
         }

@@ -144,7 +144,6 @@ public struct CommitRecord: Sendable, Equatable {
 struct ByteWriter {
     var bytes: [UInt8] = []
 
-
     mutating func append<T: FixedWidthInteger>(_ value: T) {
         withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
     }
