@@ -103,7 +103,10 @@ final class ExternalWatcher: @unchecked Sendable {
             let foreign = (transaction &- lastTransaction) &- (localCommits &- lastLocalCommits)
             (lastTransaction, lastSequence, lastLocalUnlogged) = (transaction, sequence, localUnlogged)
             lastLocalCommits = localCommits
-            if foreign != 0 || unaccounted != 0 {
+            // Other processes' logged commits that the wake-up channel shows to be of no
+            // interest here are passed without reading the log: an idle observer of a busy
+            // store then reads no records, and holds no snapshot while reading them.
+            if unaccounted != 0 || (foreign != 0 && !core.observers.pass(through: sequence, core: core)) {
                 core.observers.deliver(upTo: sequence, compare: unaccounted != 0, core: core)
             }
             return transaction >= latest
