@@ -3,6 +3,9 @@ import PersistentDefaults
 
 /// Runs a ``Command`` against a store and says how the process should exit.
 ///
+/// Each verb runs with the runner (`run(in:)`): it opens the store with `open(_:readOnly:)` and
+/// prints through the runner's console, so tests can collect what it prints.
+///
 /// ```swift
 /// let code = Runner().run(arguments: Array(CommandLine.arguments.dropFirst()))
 /// exit(code.rawValue)

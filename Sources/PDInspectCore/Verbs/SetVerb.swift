@@ -22,6 +22,7 @@ struct SetVerb: VerbCommand {
         let types = StoredValue.Tag.settable.map { ["  \($0)", $0.textForm?.syntax ?? ""] }
         return "VALUE by type T:\n" + TextTable.render(types)
             + """
+
             Example: pdinspect set ~/settings launchCount 3 --type int
             A key declared by the code (PersistentDefaults.declare) takes only its declared type: another
             type exits 2 naming the declared one, unless --force. A value larger than 64 MiB exits 2.
