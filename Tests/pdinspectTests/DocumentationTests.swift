@@ -169,7 +169,8 @@ struct DocumentationTests {
     @Test func everyShownCommandParsesOrShowsItsUsageError() throws {
         let commands = try Self.shownCommands
         #expect(commands.count > 30)
-        for command in commands {
+        // `pdinspect VERB --help` and the like stand for any verb.
+        for command in commands where !(command.arguments.first?.allSatisfy(\.isUppercase) ?? false) {
             do {
                 _ = try CommandParser.parse(command.arguments)
             } catch {
