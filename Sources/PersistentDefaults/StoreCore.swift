@@ -195,7 +195,7 @@ final class StoreCore: Sendable {
             sequence: last + 1, timestamp: Date(), processID: CurrentProcess.id, changes: changes)
         var mask: UInt64 = 0
         for change in changes { mask |= WakeChannel.bit(forKeyNamed: change.key.utf8) }
-        transaction.noteLogged(mask: mask)
+        transaction.noteLogged(sequence: record.sequence, mask: mask)
         try withUnsafeBytes(of: record.sequence.bigEndian) { key in
             try transaction.put(databases.log, key, reserving: record.encodedCount) { record.encode(into: $0) }
         }
