@@ -276,6 +276,44 @@ import Testing
         }
     }
 
+    /// Threads of this process and another process commit at once: every commit gets its own
+    /// sequence, the log is contiguous, and each record holds the key its writer set (the last
+    /// sequence is taken from this process's previous commit only when no other came between).
+    @Test func concurrentWritersOfTwoProcessesGetContiguousDistinctSequences() async throws {
+        var options = PersistentDefaults.Options()
+        options.durability = .bounded(interval: .seconds(5))
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path, options: options)
+            async let other = Task.detached { try runProduct("pd-worker", ["increment", path, "counter", "150"]) }.value
+            let threads = 4
+            let perThread = 150
+            let done = DispatchGroup()
+            for thread in 0..<threads {
+                done.enter()
+                Thread {
+                    let key = PersistentDefaults.Key<Int>("thread-\(thread)", default: 0)
+                    for value in 1...perThread { store[key] = value }
+                    done.leave()
+                }.start()
+            }
+            #expect(done.wait(timeout: .now() + 120) == .success)
+            let result = try await other
+            #expect(result.status == 0, "\(result.stderr)")
+            let total = threads * perThread + 150
+            let records = try store.commits(after: 0)
+            #expect(records.map(\.sequence) == Array(1...UInt64(total)))
+            #expect(
+                records.filter { $0.processID != getpid() }.map(\.changedKeys)
+                    == Array(repeating: ["counter"], count: 150))
+            for thread in 0..<threads {
+                let values = try records.filter { $0.changedKeys == ["thread-\(thread)"] }
+                    .map { try $0.changes[0].storedValue() }
+                #expect(values == (1...perThread).map { StoredValue.int(Int64($0)) })
+            }
+            #expect(try store.verify().isEmpty)
+        }
+    }
+
     @Test func sequenceNumbersKeepGrowingAcrossReopens() throws {
         try withTemporaryDirectory { path throws in
             do {
