@@ -22,7 +22,7 @@ public final class WriteTransaction {
     private var touched = TouchedKeys()
     /// The index in `touched` of each name's bytes, kept once more than `linearSearchLimit` keys
     /// are touched; a transaction of a few keys finds them by comparing bytes, without hashing.
-    private var touchedIndex: [[UInt8]: Int] = [:]
+    private var touchedIndex: [NameBytes: Int] = [:]
     /// Log a record even when no value changed: the transaction changed what the log must
     /// account for, such as key declarations in `meta`.
     var logsWithoutValueChanges = false
@@ -50,11 +50,26 @@ public final class WriteTransaction {
 
         var count: Int { first == nil ? 0 : 1 + rest.count }
 
-        subscript(position: Int) -> TouchedKey {
-            get { position == 0 ? first! : rest[position - 1] }
-            set {
-                if position == 0 { first = newValue } else { rest[position - 1] = newValue }
+        // Field by field, not the whole entry: copying an entry out retains its four references.
+
+        func nameBytes(at position: Int) -> [UInt8] { position == 0 ? first!.nameBytes : rest[position - 1].nameBytes }
+
+        func old(at position: Int) -> [UInt8]? { position == 0 ? first!.old : rest[position - 1].old }
+
+        func new(at position: Int) -> [UInt8]? { position == 0 ? first!.new : rest[position - 1].new }
+
+        /// The change of the key at `position`; nil when its value is what it was before.
+        func change(at position: Int) -> CommitRecord.Change? {
+            if position == 0 {
+                guard let first, first.old != first.new else { return nil }
+                return CommitRecord.Change(key: first.name, encodedValue: first.new)
             }
+            guard rest[position - 1].old != rest[position - 1].new else { return nil }
+            return CommitRecord.Change(key: rest[position - 1].name, encodedValue: rest[position - 1].new)
+        }
+
+        mutating func setNew(_ bytes: [UInt8]?, at position: Int) {
+            if position == 0 { first!.new = bytes } else { rest[position - 1].new = bytes }
         }
 
         mutating func append(_ key: TouchedKey) {
@@ -71,6 +86,14 @@ public final class WriteTransaction {
     }
 
     private static let linearSearchLimit = 8
+
+    /// A key name's bytes as a dictionary key, hashed as one buffer: `[UInt8]`'s own hashing
+    /// feeds the hasher byte by byte.
+    private struct NameBytes: Hashable {
+        let bytes: [UInt8]
+
+        func hash(into hasher: inout Hasher) { bytes.withUnsafeBytes { hasher.combine(bytes: $0) } }
+    }
 
     init(core: StoreCore, transaction: Transaction, cache: CommitCache? = nil) {
         self.core = core
@@ -95,8 +118,7 @@ public final class WriteTransaction {
         var changes: [CommitRecord.Change] = []
         changes.reserveCapacity(touched.count)
         for position in 0..<touched.count {
-            let entry = touched[position]
-            if entry.old != entry.new { changes.append(CommitRecord.Change(key: entry.name, encodedValue: entry.new)) }
+            if let change = touched.change(at: position) { changes.append(change) }
         }
         guard !changes.isEmpty || logsWithoutValueChanges else { return nil }
         return try core.appendLog(changes, cachedLastSequence: cachedLastSequence, in: transaction)
@@ -193,9 +215,10 @@ public final class WriteTransaction {
             guard let heldValue = try? key.codec.decode(held) else { return false }
             return isEqual(heldValue, value)
         }
-        let entry = touched[position]
-        if isEqualForm(entry.new), let held = entry.new { return held }
-        if entry.old != entry.new, isEqualForm(entry.old), let held = entry.old { return held }
+        let new = touched.new(at: position)
+        if isEqualForm(new), let new { return new }
+        let old = touched.old(at: position)
+        if old != new, isEqualForm(old), let old { return old }
         return encoded
     }
 
@@ -250,17 +273,18 @@ public final class WriteTransaction {
             if let position = touched.position(of: nameBytes) { return position }
         } else {
             if touchedIndex.isEmpty {
-                for position in 0..<next { touchedIndex[touched[position].nameBytes] = position }
+                touchedIndex.reserveCapacity(4 * next)
+                for position in 0..<next { touchedIndex[NameBytes(bytes: touched.nameBytes(at: position))] = position }
             }
             // One hash: the default is inserted when the name is new.
-            let position = Self.valueOrInsert(&touchedIndex[nameBytes, default: next])
+            let position = Self.valueOrInsert(&touchedIndex[NameBytes(bytes: nameBytes), default: next])
             if position != next { return position }
         }
         let current: [UInt8]?
         do {
             current = try core.encodedValue(named: nameBytes, in: transaction)
         } catch {
-            if !touchedIndex.isEmpty { touchedIndex[nameBytes] = nil }  // Not added after all.
+            if !touchedIndex.isEmpty { touchedIndex[NameBytes(bytes: nameBytes)] = nil }  // Not added after all.
             throw error
         }
         touched.append(TouchedKey(nameBytes: nameBytes, name: key.name, old: current, new: current))
@@ -279,7 +303,7 @@ public final class WriteTransaction {
         if let bytes { try core.checkSize(bytes, of: key.name) }
         try checkNotMirrored(key, in: transaction)
         let position = try position ?? touchedPosition(of: key, in: transaction)
-        guard bytes != touched[position].new else { return }
+        guard bytes != touched.new(at: position) else { return }
         try key.nameBytes.withUnsafeBytes { name in
             if let bytes {
                 try bytes.withUnsafeBytes { try transaction.put(core.databases.values, name, $0) }
@@ -287,7 +311,7 @@ public final class WriteTransaction {
                 try transaction.delete(core.databases.values, name)
             }
         }
-        touched[position].new = bytes
+        touched.setNew(bytes, at: position)
     }
 
     private func recordingFailure(_ body: () throws -> Void) {

@@ -6,6 +6,38 @@ import Testing
 private struct Abort: Error {}
 
 @Suite struct TransactionTests {
+    /// Past a few keys a transaction finds its keys through a table: a key set twice is one
+    /// change, a key set back to its value is none, names that differ only in normalisation are
+    /// two keys, and the record lists the changes in the order first written.
+    @Test func aTransactionOfManyKeysLogsEachChangedKeyOnceInOrder() throws {
+        try withTemporaryStore { store, _, _ throws in
+            let keys = (0..<40).map { PersistentDefaults.Key<Int>("key-\($0)", default: -1) }
+            let nfc = PersistentDefaults.Key<Int>("caf\u{E9}", default: 0)
+            let nfd = PersistentDefaults.Key<Int>("cafe\u{301}", default: 0)
+            store[keys[3]] = 3
+            store[keys[31]] = 31
+            try store.write { tx in
+                for (index, key) in keys.enumerated() { tx[key] = index }  // key-3 unchanged
+                tx[nfc] = 1
+                tx[nfd] = 2
+                for key in keys[10..<20] { tx[key] += 100 }  // Each a second write of a key.
+                tx[keys[30]] = -1  // Back to "absent": still a change (the default is not stored).
+                try tx.remove(keys[31])
+            }
+            let record = try #require(try store.commits(after: 2).first)
+            let expectedNames = (0..<40).filter { $0 != 3 }.map { "key-\($0)" } + ["caf\u{E9}", "cafe\u{301}"]
+            #expect(record.changedKeys.map { Array($0.utf8) } == expectedNames.map { Array($0.utf8) })
+            #expect(store[keys[15]] == 115)
+            #expect(store[keys[30]] == -1)
+            #expect(try !store.contains(keys[31]))
+            #expect(store[nfc] == 1)
+            #expect(store[nfd] == 2)
+            #expect(try record.changes[14].storedValue() == .int(115))  // key-15, after key-3's gap
+            #expect(record.changedKeys[30] == "key-31")
+            #expect(record.changes[30].encodedValue == nil)  // Removed.
+        }
+    }
+
     @Test func aThrowingWriteLeavesNothingBehind() throws {
         try withTemporaryStore { store, _, _ throws in
             store[.launchCount] = 1
