@@ -1,5 +1,5 @@
 import Foundation
-@_spi(Inspect) import PersistentDefaults
+import PersistentDefaults
 
 #if canImport(Glibc)
     import Glibc
@@ -289,10 +289,8 @@ extension Runner {
         let before = try store.statistics().dataFileSize
         let size = TextTable.bytes(before, exact: false)
         console.printError("compacting \(store.path) (\(size)) into \(destination) …\n")
-        try store.copy(to: destination, compact: true)
+        try store.copy(to: destination, compact: true)  // The copy has mode 0600 from its creation.
         let copied = destination + "/data.mdb"
-        // mdb_env_copy2 creates the file with LMDB's default mode; settings may be private.
-        chmod(copied, 0o600)
         try PersistentDefaults.checkStore(at: destination)
         let after = Self.fileSize(copied)
         if format == .json {
@@ -327,12 +325,10 @@ extension Runner {
     func readers(_ store: PersistentDefaults, clearStale: Bool, format: OutputFormat) throws {
         let cleared = clearStale ? try store.clearStaleReaders() : nil
         let own = getpid()
-        // mdb_reader_list prints "pid thread txnid" lines after a header; txnid is "-" for an
-        // idle slot. This process's own slots are left out.
-        let readers = store.readerTable().split(separator: "\n").compactMap { line -> ReadersReport.Reader? in
-            let fields = line.split(separator: " ")
-            guard fields.count == 3, let pid = Int32(fields[0]), pid != own else { return nil }
-            return .init(processID: pid, thread: String(fields[1]), transactionID: Int(fields[2]))
+        // This process's own slots are left out.
+        let readers = store.readerTableEntries().filter { $0.processID != own }.map { entry in
+            ReadersReport.Reader(
+                processID: entry.processID, thread: String(entry.thread, radix: 16), transactionID: entry.transactionID)
         }
         let maxReaders = try store.statistics().maxReaders
         if format == .json {

@@ -1,5 +1,5 @@
 import Foundation
-@_spi(Inspect) import PersistentDefaults
+import PersistentDefaults
 
 #if canImport(Glibc)
     import Glibc

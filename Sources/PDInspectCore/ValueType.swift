@@ -1,5 +1,5 @@
 import Foundation
-@_spi(Inspect) import PersistentDefaults
+import PersistentDefaults
 
 /// The types `pdinspect set --type T` accepts, and how each parses its text.
 public enum ValueType: String, Sendable, CaseIterable {

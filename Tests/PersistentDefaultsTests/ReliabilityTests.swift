@@ -388,11 +388,11 @@ struct BadInputReliabilityTests {
         let value: [UInt8] = [0x02, 0, 0, 0, 0, 0, 0, 0, 3]
         let bytes: [UInt8] =
             [1] + [0, 0, 0, 0, 0, 0, 0, 1] + [0, 0, 0, 42] + [0, 0, 0, 1] + [0, 1, 0x6B] + [1, 0, 0, 0, 9] + value
-        let record = try CommitRecord.decode(sequence: 5, encoded: bytes)
+        let record = try CommitRecord.decode(sequence: 5, encodedRecord: bytes)
         #expect(record.sequence == 5 && record.processID == 42)
         #expect(record.changes == [CommitRecord.Change(key: "k", encodedValue: value)])
         #expect(throws: PersistentDefaultsError.self) {
-            try CommitRecord.decode(sequence: 5, encoded: bytes.dropLast())
+            try CommitRecord.decode(sequence: 5, encodedRecord: bytes.dropLast())
         }
     }
 

@@ -35,8 +35,7 @@ public final class EtcdMirrorTransaction {
 
     private func live() throws -> Snapshot {
         guard let snapshot else {
-            throw PersistentDefaultsError.lmdb(
-                code: .badTransaction, operation: "use an EtcdMirrorTransaction after its closure returned")
+            throw PersistentDefaultsError.usedAfterClosure(type: "EtcdMirrorTransaction")
         }
         return snapshot
     }
@@ -58,7 +57,7 @@ public final class EtcdMirrorTransaction {
             guard case .put(_, let typed) = written else { return key.defaultValue }
             let stored = try StoredValue(typedJSON: typed)
             do throws(StoredValueError) {
-                return try key.codec.decode(stored.bytes)
+                return try key.codec.decode(stored.encodedValue)
             } catch {
                 throw PersistentDefaultsError.decodingFailed(
                     key: key.name, type: "\(Value.self)", reason: error.description)
@@ -82,7 +81,7 @@ public final class EtcdMirrorTransaction {
             if key.shouldRemove?(value) == true || (key.removesNil && encoded == [StoredValue.Tag.null.rawValue]) {
                 record(.delete(key: etcdKey), for: etcdKey)
             } else {
-                let typed = Data(try StoredValue(bytes: encoded).typedJSON.utf8)
+                let typed = Data(try StoredValue(encodedValue: encoded).typedJSON.utf8)
                 record(.put(key: etcdKey, value: typed), for: etcdKey)
             }
         }
