@@ -85,7 +85,9 @@ enum StoreFiles {
     /// `write` throws, and closed on every path.
     static func writeNewPrivateFile(_ path: String, _ write: (Int32) throws -> Void) throws {
         let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw PersistentDefaultsError.fileSystem(path: path, errno: errno, operation: "open") }
+        guard descriptor >= 0 else {
+            throw PersistentDefaultsError.fileSystem(path: path, errno: errno, operation: "open")
+        }
         do {
             // The umask may have taken the owner's bits away from the mode given to open.
             guard fchmod(descriptor, 0o600) == 0 else {

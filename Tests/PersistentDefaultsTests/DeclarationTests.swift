@@ -106,7 +106,9 @@ extension PersistentDefaults.Keys {
             #expect(try store.declaration(named: "maxConnections")?.summary == nil, "an empty summary removes it")
             let changedDefault = PersistentDefaults.Key<String>("maxConnections", default: "128")
             try store.declare(changedDefault)
-            #expect(try store.declaration(named: "maxConnections")?.encodedDefault == StoredValue.string("128").encodedValue)
+            #expect(
+                try store.declaration(named: "maxConnections")?.encodedDefault == StoredValue.string("128").encodedValue
+            )
             #expect(try store.lastSequence() == 4)
             #expect(try store.declarations().count == 1)
         }

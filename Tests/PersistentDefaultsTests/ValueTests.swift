@@ -153,7 +153,9 @@ private func roundTrip<Value: Codable & Equatable & Sendable>(
         ]
         // Before the fix about half of these failed: seconds since 1970 cannot hold every
         // seconds-since-2001 double that a `Date` is.
-        let changedByBytes = try dates.filter { try StoredValue(encodedValue: StoredValue.date($0).encodedValue) != .date($0) }
+        let changedByBytes = try dates.filter {
+            try StoredValue(encodedValue: StoredValue.date($0).encodedValue) != .date($0)
+        }
         #expect(changedByBytes.isEmpty, "\(changedByBytes.count) of \(dates.count) dates change through their bytes")
         try withTemporaryStore { store, _, _ throws in
             let keys = dates.indices.map { PersistentDefaults.Key<Date>("date.\($0)", default: .distantPast) }
