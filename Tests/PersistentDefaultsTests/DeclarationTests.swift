@@ -2,7 +2,7 @@ import Foundation
 import PersistentDefaults
 import Testing
 
-// The declaration contract, as a user writes it in their own module (keys
+// Key declarations as a user writes them in their own module (keys
 // `launchCount`, `theme` and `frame` are declared in ContractTests.swift).
 extension PersistentDefaults.Keys {
     static let maxConnections = Key<Int>("maxConnections", default: 64)
