@@ -78,7 +78,7 @@ extension PersistentDefaults {
     public func clearStaleReaders() throws -> Int { try core.environment.clearStaleReaders() }
 
     /// Writes a consistent copy of the store into the directory `destination`, which must exist
-    /// and be empty; with `compact`, free pages are left out (`mdb_env_copy2` with `MDB_CP_COMPACT`).
+    /// and be empty; with `compact`, free pages are left out (`mdb_env_copyfd2` with `MDB_CP_COMPACT`).
     /// The copy's `data.mdb` has mode 0600 from its creation, as the store's own files, whatever
     /// the umask; when the copy fails, no `data.mdb` is left in `destination`.
     ///
