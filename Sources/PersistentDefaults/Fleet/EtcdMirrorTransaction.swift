@@ -52,6 +52,8 @@ public final class EtcdMirrorTransaction {
     /// The key's value as the transaction sees it: its own write, else the local copy.
     /// Throws when the stored value does not decode.
     public func value<Value>(for key: PersistentDefaults.Key<Value>) throws -> Value {
+        // First, so that a kept transaction throws also for a key it wrote.
+        let snapshot = try live()
         let etcdKey = try etcdKey(of: key)
         if let written = writes[etcdKey] {
             guard case .put(_, let typed) = written else { return key.defaultValue }
@@ -63,7 +65,6 @@ public final class EtcdMirrorTransaction {
                     key: key.name, type: "\(Value.self)", reason: error.description)
             }
         }
-        let snapshot = try live()
         let transaction = try snapshot.live()
         if reads[etcdKey] == nil {
             reads[etcdKey] = try mirror.store.core.encodedValue(named: key.nameBytes, in: transaction) != nil
