@@ -72,7 +72,9 @@ struct EnvironmentInfo: Sendable, Equatable {
 /// fields are touched only by the thread that holds LMDB's process-shared writer mutex.
 final class Environment: @unchecked Sendable {
     /// Replaced only under the exclusive gate, when a failed map change forces a reopen.
-    fileprivate private(set) var handle: EnvironmentHandle
+    /// Unchecked exclusivity (also for `isClosed`): both change only under the exclusive gate,
+    /// while no read runs, so the dynamic check on every read would guard nothing.
+    @exclusivity(unchecked) fileprivate private(set) var handle: EnvironmentHandle
     let gate: TransactionGate
     let configuration: EnvironmentConfiguration
     /// Whether the environment was opened without LMDB's lock file (read-only directories).
@@ -83,7 +85,7 @@ final class Environment: @unchecked Sendable {
     let pageSize: Int
     /// Reset read transactions kept per thread for reuse (`mdb_txn_reset` / `mdb_txn_renew`).
     private let readerSlots: ReaderSlots
-    private var isClosed = false
+    @exclusivity(unchecked) private var isClosed = false
     /// Why the environment became unusable (a failed map change that could not be undone), if so.
     private var brokenReason: String?
     /// The named databases opened in this environment, in the order LMDB numbered them, to open

@@ -136,8 +136,10 @@ final class ReaderSlot: @unchecked Sendable {
 
     let owner: ReaderSlots
     let state = Atomic<Int>(ReaderSlot.empty)
-    /// A reset read transaction while `idle`; nil while `empty`.
-    var handle: TransactionHandle?
+    /// A reset read transaction while `idle`; nil while `empty`. Unchecked exclusivity: `state`
+    /// orders every access (above), and a dynamic check costs more than the rest of the slot's
+    /// work on a read.
+    @exclusivity(unchecked) var handle: TransactionHandle?
 
     fileprivate init(owner: ReaderSlots) { self.owner = owner }
 
@@ -217,7 +219,8 @@ final class ReaderSlot: @unchecked Sendable {
 /// retires them when the thread exits.
 final class ThreadReaderCache {
     /// The slot of the environment read last (the common case: one store per process).
-    fileprivate var first: ReaderSlot?
+    /// Unchecked exclusivity: only the owning thread touches the cache.
+    @exclusivity(unchecked) fileprivate var first: ReaderSlot?
     private var others: [ReaderSlot] = []
 
     private static let key: pthread_key_t = {

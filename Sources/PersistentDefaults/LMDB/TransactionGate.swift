@@ -49,7 +49,8 @@ final class TransactionGate: @unchecked Sendable {
     private let exclusive = Atomic<Bool>(false)
     /// The per-thread slots whose busy state is the shared side of slot reads.
     private let slots: ReaderSlots
-    private var threadState: pthread_key_t = 0
+    /// A `let`: a stored `var` of a class costs a dynamic exclusivity check on every read.
+    private let threadState: pthread_key_t
 
     init(slots: ReaderSlots) {
         self.slots = slots
@@ -59,7 +60,9 @@ final class TransactionGate: @unchecked Sendable {
         _ = pthread_rwlock_init(lock, nil)  // Only fails for lack of memory.
         turnstile = .allocate(capacity: 1)
         _ = pthread_mutex_init(turnstile, nil)  // Cannot fail with default attributes on Linux.
-        _ = pthread_key_create(&threadState, nil)  // Fails only past PTHREAD_KEYS_MAX keys.
+        var key: pthread_key_t = 0
+        _ = pthread_key_create(&key, nil)  // Fails only past PTHREAD_KEYS_MAX keys.
+        threadState = key
     }
 
     deinit {
