@@ -111,7 +111,8 @@ extension PersistentDefaults {
             do throws(StoredValueError) {
                 return try codec.decode(bytes)
             } catch {
-                throw PersistentDefaultsError.decodingFailed(key: name, type: "\(Value.self)", reason: error.description)
+                throw PersistentDefaultsError.decodingFailed(
+                    key: name, type: "\(Value.self)", reason: error.description)
             }
         }
 

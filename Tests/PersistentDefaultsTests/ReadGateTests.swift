@@ -3,6 +3,19 @@ import PersistentDefaults
 import Synchronization
 import Testing
 
+/// Runs `body` (passed the thread's index) on `count` new threads; the group is left when each ends.
+private func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) -> DispatchGroup {
+    let done = DispatchGroup()
+    for index in 0..<count {
+        done.enter()
+        Thread.detachNewThread {
+            defer { done.leave() }
+            body(index)
+        }
+    }
+    return done
+}
+
 /// Single reads hold the transaction gate through their thread's reader slot, not a shared lock;
 /// the gate's exclusive side (map growth, adopting another process's map size, close) must still
 /// wait for every such read and keep new ones out.
@@ -17,29 +30,24 @@ struct ReadGateTests {
     @Test func slotReadsOnMoreThreadsThanCoresWhileThisProcessGrowsTheMap() throws {
         var options = PersistentDefaults.Options()
         options.durability = .bounded(interval: .seconds(10))
-        options.initialMapSize = 256 << 10
+        options.initialMapSize = 64 << 10
         try withTemporaryStore(options: options) { store, _, log throws in
             let initialMap = try store.statistics().mapSize
             let readers = max(ProcessInfo.processInfo.activeProcessorCount * 3, 6)
             let writes = 300
             let failures = Guarded<[String]>([])
             let reads = Counter()
-            let done = DispatchGroup()
-            for index in 0..<readers {
-                done.enter()
-                Thread.detachNewThread {
-                    defer { done.leave() }
-                    var last = 0
-                    while last < writes {
-                        let seen = store[Self.counter]
-                        reads.increment()
-                        if seen < last { failures.withLock { $0.append("reader \(index): \(seen) after \(last)") } }
-                        last = seen
-                        if index % 3 == 0 {
-                            let pair = try? store.read { ($0[Self.counter], $0[Self.mirror]) }
-                            if let pair, pair.0 != pair.1 {
-                                failures.withLock { $0.append("snapshot saw \(pair.0) and \(pair.1)") }
-                            }
+            let done = onThreads(readers) { index in
+                var last = 0
+                while last < writes {
+                    let seen = store[Self.counter]
+                    reads.increment()
+                    if seen < last { failures.withLock { $0.append("reader \(index): \(seen) after \(last)") } }
+                    last = seen
+                    if index % 3 == 0 {
+                        let pair = try? store.read { ($0[Self.counter], $0[Self.mirror]) }
+                        if let pair, pair.0 != pair.1 {
+                            failures.withLock { $0.append("snapshot saw \(pair.0) and \(pair.1)") }
                         }
                     }
                 }
@@ -48,17 +56,20 @@ struct ReadGateTests {
                 try store.write { transaction in
                     transaction[Self.counter] = value
                     transaction[Self.mirror] = value
-                    // Every 30th commit writes 64 KiB more: the map (256 KiB) grows several times.
+                    // Every 30th commit stores 512 KiB more (and its log record as much): 10 MiB
+                    // in all, past the map the store's creation left (2 MiB), whatever pages
+                    // LMDB can reuse, so the map grows several times.
                     if value % 30 == 0 {
                         transaction[PersistentDefaults.Key<Data>("blob\(value)", default: Data())] = Data(
-                            repeating: 1, count: 64 << 10)
+                            repeating: 1, count: 512 << 10)
                     }
                 }
             }
             #expect(done.wait(timeout: .now() + 60) == .success)
             #expect(failures.withLock { $0 }.isEmpty, "\(failures.withLock { $0 }.prefix(5))")
             #expect(reads.value >= readers)
-            #expect(try store.statistics().mapSize > initialMap)
+            let finalMap = try store.statistics().mapSize
+            #expect(finalMap > initialMap, "map \(initialMap) → \(finalMap)")
             #expect(log.all.isEmpty, "\(log.all)")
         }
     }
@@ -72,16 +83,11 @@ struct ReadGateTests {
             let stop = Atomic<Bool>(false)
             let wrong = Counter()
             let reads = Counter()
-            let done = DispatchGroup()
             let readers = max(ProcessInfo.processInfo.activeProcessorCount * 3, 6)
-            for _ in 0..<readers {
-                done.enter()
-                Thread.detachNewThread {
-                    defer { done.leave() }
-                    while !stop.load(ordering: .acquiring) {
-                        if store[Self.counter] != 1 { wrong.increment() }
-                        reads.increment()
-                    }
+            let done = onThreads(readers) { _ in
+                while !stop.load(ordering: .acquiring) {
+                    if store[Self.counter] != 1 { wrong.increment() }
+                    reads.increment()
                 }
             }
             for (index, size) in [3 << 20, 6 << 20, 12 << 20].enumerated() {
@@ -107,22 +113,19 @@ struct ReadGateTests {
         try withTemporaryDirectory { path in
             try PersistentDefaults(path: path)[Self.counter] = 42
             let wrong = Guarded<[String]>([])
-            let done = DispatchGroup()
             let threads = max(ProcessInfo.processInfo.activeProcessorCount * 3, 6)
-            for index in 0..<threads {
-                done.enter()
-                Thread.detachNewThread {
-                    defer { done.leave() }
-                    for round in 0..<200 {
-                        do {
-                            let store = try PersistentDefaults(path: path)
-                            for _ in 0..<(index % 2 == 0 ? 1 : 50) {
-                                let value = try store.value(for: Self.counter)
-                                if value != 42 { wrong.withLock { $0.append("thread \(index) round \(round): \(value)") } }
+            let done = onThreads(threads) { index in
+                for round in 0..<200 {
+                    do {
+                        let store = try PersistentDefaults(path: path)
+                        for _ in 0..<(index % 2 == 0 ? 1 : 50) {
+                            let value = try store.value(for: Self.counter)
+                            if value != 42 {
+                                wrong.withLock { $0.append("thread \(index) round \(round): \(value)") }
                             }
-                        } catch {
-                            wrong.withLock { $0.append("thread \(index) round \(round): \(error)") }
                         }
+                    } catch {
+                        wrong.withLock { $0.append("thread \(index) round \(round): \(error)") }
                     }
                 }
             }
