@@ -48,8 +48,12 @@ final class TrackedKey: Observable, Sendable {
     /// How many changes were seen; the observed property.
     var changeCount: Int { changes.load(ordering: .relaxed) }
 
+    /// Made once: a key-path literal is looked up (`swift_getKeyPath`) and released on every
+    /// evaluation, and the wrapper's read calls `access()` each time.
+    private static let changeCountPath: KeyPath<TrackedKey, Int> & Sendable = \.changeCount
+
     @inline(__always)
-    func access() { registrar.access(self, keyPath: \.changeCount) }
+    func access() { registrar.access(self, keyPath: Self.changeCountPath) }
 
     /// Tells tracked readers that the key changed.
     func changed() {
