@@ -1,6 +1,6 @@
 import Synchronization
 
-/// A key declared as a type, in the style of seed 003: the default and the hooks are static.
+/// A key declared as a type: its name, default, hooks and conversion are static members.
 ///
 /// ```swift
 /// struct FirstLaunchKey: PersistentDefaultsKey { static let defaultValue = false }
@@ -52,7 +52,7 @@ extension PersistentDefaultsKey where Value: Equatable {
     public static func shouldOverwrite(_ oldValue: Value, _ newValue: Value) -> Bool { oldValue != newValue }
 }
 
-/// Converts a key's value to the value that is stored and back (seed 003).
+/// Converts a key's value to the value that is stored and back.
 ///
 /// ```swift
 /// struct IntBoolConversion: ValueConversion {      // stored as Int, read as Bool
@@ -100,7 +100,7 @@ enum KeyTypeCache {
     }
 }
 
-/// Seed 003's `CodableDefaultsKey`: a key type whose value is any `Codable`, stored as JSON.
+/// A key type whose value is any `Codable`, stored as JSON.
 ///
 /// ```swift
 /// struct LayoutKey: CodableDefaultsKey { static let defaultValue = Layout() }

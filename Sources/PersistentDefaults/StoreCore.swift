@@ -20,6 +20,7 @@ struct Databases: Sendable {
 
 /// What every handle of one store path in this process shares: the environment, the database
 /// handles, the error reporter and the background flusher.
+@usableFromInline
 final class StoreCore: Sendable {
     /// The on-disk format this library writes and the newest it reads.
     static let formatVersion: UInt32 = 1
@@ -51,7 +52,7 @@ final class StoreCore: Sendable {
         self.options = options
         reporter = ErrorReporter(handler: options.errorHandler)
         maxValueSize = max(options.maxValueSize, 1)
-        let files = try StoreFiles.prepare(path: path, readOnly: options.readOnly)
+        let files = try StoreFiles.prepare(path: path, creating: options.creates)
         let noSync: Bool =
             if case .bounded = options.durability { true } else { false }
         environment = try Environment(
@@ -60,7 +61,8 @@ final class StoreCore: Sendable {
                 mapSize: max(options.initialMapSize, 64 << 10), maxReaders: options.maxReaders))
         if files.createdData { try StoreFiles.restrictModes(in: path) }
         do {
-            databases = try Self.openDatabases(environment, path: path, readOnly: options.readOnly)
+            databases = try Self.openDatabases(
+                environment, path: path, readOnly: options.readOnly, creating: options.creates)
             // With MDB_NOSYNC LMDB syncs nothing by itself, so a store created by this open would
             // stay unsynced until the flusher's first interval, and a power cut in that window
             // leaves an empty or half-built file (`tools/power-cut`: 476 of 802 damaged
@@ -86,10 +88,14 @@ final class StoreCore: Sendable {
         if isTemporary { TemporaryStores.remove(path) }
     }
 
-    private static func openDatabases(_ environment: Environment, path: String, readOnly: Bool) throws -> Databases {
+    private static func openDatabases(_ environment: Environment, path: String, readOnly: Bool, creating: Bool) throws
+        -> Databases
+    {
         try environment.withSetup(write: !readOnly) { transaction in
             guard let meta = try transaction.openDatabase(Databases.metaName, create: false) else {
-                guard !readOnly, try transaction.isEmptyEnvironment() else {
+                // Without `creating`, an environment that another process emptied or replaced
+                // between the file checks and the open is refused here, not initialised.
+                guard creating, try transaction.isEmptyEnvironment() else {
                     throw PersistentDefaultsError.notAStore(
                         path: path, reason: "the LMDB environment has no \"\(Databases.metaName)\" database")
                 }
@@ -98,7 +104,7 @@ final class StoreCore: Sendable {
             let version: UInt32? = try Databases.formatVersionKey.withUnsafeBytes { key in
                 try transaction.withValue(meta, key) { bytes in
                     guard let bytes, bytes.count == 4 else { return nil }
-                    return bytes.reduce(0) { $0 << 8 | UInt32($1) }
+                    return UInt32(bigEndianBytes: bytes)
                 }
             }
             guard let version else {
@@ -257,14 +263,23 @@ final class StoreCore: Sendable {
         return try key.nameBytes.withUnsafeBytes { name in
             try transaction.withValue(databases.values, name) { bytes in
                 guard let bytes else { return key.defaultValue }
-                do throws(StoredValueError) {
-                    return try key.codec.decode(bytes)
-                } catch {
-                    throw PersistentDefaultsError.decodingFailed(
-                        key: key.name, type: "\(Value.self)", reason: error.description)
-                }
+                return try key.decode(bytes)
             }
         }
+    }
+
+    /// Reads `key`'s stored bytes in a read transaction of its own and passes them (nil when the
+    /// key is not stored) to `body`, which runs exactly once unless this throws; the bytes are
+    /// valid only inside `body`. Not generic: the public typed reads wrap it in `@inlinable`
+    /// code that the caller's module specialises.
+    @usableFromInline
+    func readValue(of key: PersistentDefaults.Keys, _ body: (UnsafeRawBufferPointer?) throws -> Void) throws {
+        try key.validate()
+        // The closure captures only trivial values: capturing `self` would retain the core, an
+        // atomic write to a line that every reading thread shares.
+        let name = key.nameBuffer
+        let values = databases.values
+        try environment.withRead { transaction in try transaction.withValue(values, name, body) }
     }
 
     /// `value(_:in:)`, but a failure is reported and the default returned.
@@ -356,7 +371,7 @@ final class ErrorReporter: Sendable {
     init(handler: @escaping @Sendable (PersistentDefaultsError) -> Void) { self.handler = handler }
 
     func report(_ error: any Error) {
-        handler(error as? PersistentDefaultsError ?? .lmdb(code: .invalid, operation: "\(error)"))
+        handler(error as? PersistentDefaultsError ?? .unknown(description: "\(error)"))
     }
 
     func reportOnce(_ error: any Error) {
@@ -500,7 +515,7 @@ extension StoreCore {
             try transaction.withValue(databases.values, nameBytes) { (bytes) -> StoredValue? in
                 guard let bytes else { return nil }
                 do throws(StoredValueError) {
-                    return try StoredValue(bytes: bytes)
+                    return try StoredValue(encodedValue: bytes)
                 } catch {
                     throw PersistentDefaultsError.decodingFailed(
                         key: name, type: "StoredValue", reason: error.description)

@@ -18,7 +18,7 @@ extension PersistentDefaults.Keys {
     static let recent = Key<[String]>("recent", default: [])
 }
 
-// Key types in the style of the seed 003_5fb4a0bb81bb2553.txt
+// Key types: default, name, hooks and conversion as static members.
 struct FirstLaunchKey: PersistentDefaultsKey { static let defaultValue = false }
 extension PersistentDefaultsKey where Self == FirstLaunchKey { static var firstLaunch: Self { Self() } }
 

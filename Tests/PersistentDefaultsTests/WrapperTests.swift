@@ -3,7 +3,7 @@ import Observation
 import PersistentDefaults
 import Testing
 
-// The code, as written: `store` is a store the app made, `.theme` uses `.standard`.
+// Wrappers as an app writes them: `store` is a store the app made, `.theme` uses `.standard`.
 let store: PersistentDefaults = {
     let base = FileManager.default.temporaryDirectory.appendingPathComponent("pd-wrapper-\(UUID().uuidString)").path
     try? PersistentDefaults.configureStandard(path: base + "/standard")
@@ -158,7 +158,7 @@ private final class ExampleUserDefault {
         #expect(DataStore().note.text == "edited")
     }
 
-    // Seed 003: key types, conversions and hooks through the wrapper.
+    // Key types, conversions and hooks through the wrapper.
     private struct TutorialSeenKey: CodableDefaultsKey { static let defaultValue = [String: Bool]() }
     private final class Flags {
         @PersistentDefault(.firstLaunch, in: store) var firstLaunch
@@ -166,7 +166,7 @@ private final class ExampleUserDefault {
         @PersistentDefault(TutorialSeenKey(), in: store) var tutorials
     }
 
-    @Test func seed003KeyTypesWorkThroughTheWrapper() throws {
+    @Test func keyTypesWithHooksAndConversionsWorkThroughTheWrapper() throws {
         let flags = Flags()
         flags.firstLaunch = true
         #expect(try store.contains(.firstLaunch))

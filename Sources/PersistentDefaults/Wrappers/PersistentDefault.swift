@@ -26,7 +26,7 @@ public struct PersistentDefault<Value: Sendable>: Sendable {
     public let store: PersistentDefaults
     /// The key the property reads and writes.
     public let key: PersistentDefaults.Key<Value>
-    private let tracker: KeyTracker
+    @usableFromInline let tracker: KeyTracker
 
     /// A property for a typed key.
     public init(_ key: PersistentDefaults.Key<Value>, in store: PersistentDefaults = .standard) {
@@ -35,7 +35,7 @@ public struct PersistentDefault<Value: Sendable>: Sendable {
         tracker = store.core.tracker(for: key)
     }
 
-    /// A property for a key type (seed-003 style), with its hooks and conversion.
+    /// A property for a key type (``PersistentDefaultsKey``), with its hooks and conversion.
     public init<K: PersistentDefaultsKey>(_ key: K, in store: PersistentDefaults = .standard)
     where K.Value == Value, K.Conversion.Stored: Codable {
         self.init(K.key, in: store)
@@ -48,6 +48,7 @@ public struct PersistentDefault<Value: Sendable>: Sendable {
     }
 
     /// The stored value, or the key's default.
+    @inlinable
     public var wrappedValue: Value {
         get {
             tracker.access(in: store.core)
