@@ -240,20 +240,6 @@ extension PersistentDefaults {
     }
 }
 
-extension WriteTransaction {
-    /// The declaration of the key named `name` as this transaction sees it; nil when undeclared.
-    public func declaration(named name: String) throws -> KeyDeclaration? {
-        try core.declaration(named: Array(name.utf8), in: try live())
-    }
-}
-
-extension Snapshot {
-    /// The declaration of the key named `name` in this snapshot; nil when undeclared.
-    public func declaration(named name: String) throws -> KeyDeclaration? {
-        try core.declaration(named: Array(name.utf8), in: try live())
-    }
-}
-
 /// A declaration's value in the `meta` database, as JSON with sorted keys.
 private struct DeclarationRecord: Codable {
     var type: String

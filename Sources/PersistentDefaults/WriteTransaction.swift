@@ -10,11 +10,7 @@
 /// Valid only inside the closure it was passed to: later uses throw or read defaults. A write
 /// through the non-throwing subscript that fails makes the whole transaction throw and write
 /// nothing.
-public final class WriteTransaction {
-    // Strong: a kept reference must throw, not trap, after the store is released.
-    let core: StoreCore
-    private let transaction: Transaction
-    private var isValid = true
+public final class WriteTransaction: StoreView {
     private var firstError: (any Error)?
     /// Each key touched, in the order first touched: the name's UTF-8 bytes (a key name is its
     /// bytes: names that `String` equality calls equal, such as NFC and NFD forms, are different
@@ -96,19 +92,9 @@ public final class WriteTransaction {
     }
 
     init(core: StoreCore, transaction: Transaction, cache: CommitCache? = nil) {
-        self.core = core
-        self.transaction = transaction
         cachedLastSequence = cache?.lastSequence
         mirrorOwners = cache?.mirrorOwners
-    }
-
-    func invalidate() { isValid = false }
-
-    func live() throws -> Transaction {
-        guard isValid else {
-            throw PersistentDefaultsError.usedAfterClosure(type: "WriteTransaction")
-        }
-        return transaction
+        super.init(core: core, transaction: transaction, typeName: "WriteTransaction")
     }
 
     /// Logs the changes; nil when nothing changed. Throws the first failed subscript write.
@@ -123,40 +109,11 @@ public final class WriteTransaction {
         return try core.appendLog(changes, cachedLastSequence: cachedLastSequence, in: transaction)
     }
 
-    // MARK: Reading
-
-    /// The key's value as this transaction sees it; throws when it does not decode.
-    public func value<Value>(for key: PersistentDefaults.Key<Value>) throws -> Value {
-        try core.value(key, in: try live())
-    }
-
-    /// The key type's value as this transaction sees it.
-    public func value<K: PersistentDefaultsKey>(for key: K) throws -> K.Value where K.Conversion.Stored: Codable {
-        try value(for: K.key)
-    }
-
-    /// Whether a value is stored for the key.
-    public func contains(_ key: PersistentDefaults.Keys) throws -> Bool {
-        try key.validate()
-        return try core.encodedValue(named: key.nameBytes, in: try live()) != nil
-    }
-
-    /// The stored value of the key named `name`, untyped.
-    public func storedValue(named name: String) throws -> StoredValue? {
-        try core.storedValue(named: name, in: try live())
-    }
-
-    /// The names of all stored keys, sorted by their UTF-8 bytes.
-    public func keyNames() throws -> [String] { try core.keyNames(in: try live()) }
-
     // MARK: Writing
 
     /// Reads and writes a key; a value that does not decode reads as the default (reported).
     public subscript<Value>(key: PersistentDefaults.Key<Value>) -> Value {
-        get {
-            guard isValid else { return key.defaultValue }
-            return core.valueOrDefault(key, in: transaction)
-        }
+        get { valueOrDefault(key) }
         set { recordingFailure { try set(newValue, for: key) } }
     }
 
@@ -315,66 +272,5 @@ public final class WriteTransaction {
 
     private func recordingFailure(_ body: () throws -> Void) {
         do { try body() } catch { if firstError == nil { firstError = error } }
-    }
-}
-
-/// A consistent, read-only view of the store, passed to ``PersistentDefaults/read(_:)``.
-///
-/// ```swift
-/// let (count, frame) = try store.read { snapshot in (snapshot[.launchCount], snapshot[.frame]) }
-/// ```
-///
-/// Every read in one snapshot sees the same committed state. Valid only inside the closure.
-public final class Snapshot {
-    // Strong: a kept reference must throw, not trap, after the store is released.
-    let core: StoreCore
-    private let transaction: Transaction
-    private var isValid = true
-
-    init(core: StoreCore, transaction: Transaction) {
-        self.core = core
-        self.transaction = transaction
-    }
-
-    func invalidate() { isValid = false }
-
-    func live() throws -> Transaction {
-        guard isValid else {
-            throw PersistentDefaultsError.usedAfterClosure(type: "Snapshot")
-        }
-        return transaction
-    }
-
-    /// The key's value; a value that does not decode reads as the default (reported once).
-    public subscript<Value>(key: PersistentDefaults.Key<Value>) -> Value {
-        guard isValid else { return key.defaultValue }
-        return core.valueOrDefault(key, in: transaction)
-    }
-
-    /// A key type's value.
-    public subscript<K: PersistentDefaultsKey>(key: K) -> K.Value where K.Conversion.Stored: Codable { self[K.key] }
-
-    /// The key's value; throws when it does not decode.
-    public func value<Value>(for key: PersistentDefaults.Key<Value>) throws -> Value {
-        try core.value(key, in: try live())
-    }
-
-    /// Whether a value is stored for the key.
-    public func contains(_ key: PersistentDefaults.Keys) throws -> Bool {
-        try key.validate()
-        return try core.encodedValue(named: key.nameBytes, in: try live()) != nil
-    }
-
-    /// The stored value of the key named `name`, untyped.
-    public func storedValue(named name: String) throws -> StoredValue? {
-        try core.storedValue(named: name, in: try live())
-    }
-
-    /// The names of all stored keys, sorted by their UTF-8 bytes.
-    public func keyNames() throws -> [String] { try core.keyNames(in: try live()) }
-
-    /// The commit-log records after `sequence`, oldest first.
-    public func commits(after sequence: UInt64, limit: Int = .max) throws -> [CommitRecord] {
-        try core.commits(after: sequence, limit: limit, in: try live())
     }
 }
