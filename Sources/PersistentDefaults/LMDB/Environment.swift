@@ -38,22 +38,6 @@ struct EnvironmentConfiguration: Sendable, Equatable {
     var maxReaders: Int
 }
 
-/// Statistics of one LMDB database. (`MDB_stat`)
-public struct DatabaseStatistics: Sendable, Equatable {
-    /// Size of a page in bytes. (`ms_psize`)
-    public var pageSize: Int
-    /// Depth of the B-tree. (`ms_depth`)
-    public var depth: Int
-    /// Internal pages. (`ms_branch_pages`)
-    public var branchPages: Int
-    /// Leaf pages. (`ms_leaf_pages`)
-    public var leafPages: Int
-    /// Overflow pages, holding large values. (`ms_overflow_pages`)
-    public var overflowPages: Int
-    /// Number of entries. (`ms_entries`)
-    public var entries: Int
-}
-
 /// Facts about the environment (`MDB_envinfo`).
 struct EnvironmentInfo: Sendable, Equatable {
     var mapSize: Int
@@ -404,7 +388,7 @@ final class Environment: @unchecked Sendable {
     /// Records that the current write transaction appended the commit-log record `sequence`
     /// whose changed keys have the wake-up bits `mask`, and announces it on the wake-up channel
     /// (before the commit, under LMDB's writer lock; see ``WakeChannel/announce(sequence:mask:)``).
-    fileprivate func noteLogged(sequence: UInt64, mask: UInt64) {
+    func noteLogged(sequence: UInt64, mask: UInt64) {
         writeLogged = true
         writeSequence = sequence
         writeMask = mask
@@ -413,7 +397,7 @@ final class Environment: @unchecked Sendable {
 
     /// Records the size of a put in the current write transaction, the database it changed, and
     /// whether it hit `MDB_MAP_FULL`.
-    fileprivate func notePut(bytes: Int, code: Int32, database: DatabaseHandle) {
+    func notePut(bytes: Int, code: Int32, database: DatabaseHandle) {
         writeBytes += bytes
         writeTouched = true
         writeDatabases |= Self.bit(of: database)
@@ -421,7 +405,7 @@ final class Environment: @unchecked Sendable {
     }
 
     /// Whether the current write transaction put into or deleted from `database`.
-    fileprivate func wrote(_ database: DatabaseHandle) -> Bool { writeDatabases & Self.bit(of: database) != 0 }
+    func wrote(_ database: DatabaseHandle) -> Bool { writeDatabases & Self.bit(of: database) != 0 }
 
     /// The bit of `database` in `writeDatabases`; handles past 63 share the last bit.
     private static func bit(of database: DatabaseHandle) -> UInt64 { 1 << UInt64(min(database, 63)) }
@@ -530,7 +514,7 @@ final class Environment: @unchecked Sendable {
     }
 
     /// Records a named database opened in this environment (see `reopenDatabases`).
-    fileprivate func noteOpened(_ name: String, as database: DatabaseHandle) {
+    func noteOpened(_ name: String, as database: DatabaseHandle) {
         openedDatabases.withLock { opened in
             if !opened.contains(where: { $0.handle == database }) { opened.append((name, database)) }
         }
@@ -653,163 +637,6 @@ final class Environment: @unchecked Sendable {
     }
 }
 
-extension DatabaseStatistics {
-    init(_ stat: MDB_stat) {
-        self.init(
-            pageSize: Int(stat.ms_psize), depth: Int(stat.ms_depth), branchPages: stat.ms_branch_pages,
-            leafPages: stat.ms_leaf_pages, overflowPages: stat.ms_overflow_pages, entries: stat.ms_entries)
-    }
-}
-
-/// A live LMDB transaction, valid only inside the `Environment` scope that passed it.
-struct Transaction {
-    let handle: TransactionHandle
-    // Made only by `Environment`'s scopes (the memberwise initializer is file-private).
-    fileprivate unowned(unsafe) let environment: Environment
-
-    /// The ID of the snapshot (read) or of the transaction being written. (`mdb_txn_id`)
-    var id: Int { mdb_txn_id(handle) }
-
-    /// Opens (and, in a write transaction, creates) a named database.
-    func openDatabase(_ name: String, create: Bool) throws(PersistentDefaultsError) -> DatabaseHandle? {
-        var database: MDB_dbi = 0
-        let code = mdb_dbi_open(handle, name, create ? UInt32(MDB_CREATE) : 0, &database)
-        if code == MDB_NOTFOUND { return nil }
-        try check(code, "mdb_dbi_open(\(name))")
-        environment.noteOpened(name, as: database)
-        return database
-    }
-
-    /// Passes the stored bytes of `key` (or nil) to `body`; the bytes are valid only inside `body`.
-    func withValue<R>(
-        _ database: DatabaseHandle, _ key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer?) throws -> R
-    ) throws -> R {
-        var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
-        var data = MDB_val()
-        let code = mdb_get(handle, database, &keyValue, &data)
-        if code == MDB_NOTFOUND { return try body(nil) }
-        try check(code, "mdb_get")
-        return try body(UnsafeRawBufferPointer(start: data.mv_data, count: data.mv_size))
-    }
-
-    /// Stores `value` under `key`.
-    func put(_ database: DatabaseHandle, _ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws {
-        var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
-        var data = MDB_val(mv_size: value.count, mv_data: UnsafeMutableRawPointer(mutating: value.baseAddress))
-        let code = mdb_put(handle, database, &keyValue, &data, 0)
-        environment.notePut(bytes: key.count + value.count, code: code, database: database)
-        try check(code, "mdb_put")
-    }
-
-    /// Stores `count` bytes under `key`, written by `fill` straight into the page LMDB reserves
-    /// for them (`MDB_RESERVE`), with no buffer in between. lmdb.h: "reserve space for data of
-    /// the given size, but don't copy the given data. Instead, return a pointer to the reserved
-    /// space, which the caller can fill in later - before the next update operation or the
-    /// transaction ends." `fill` must write all `count` bytes and update nothing.
-    func put(
-        _ database: DatabaseHandle, _ key: UnsafeRawBufferPointer, reserving count: Int,
-        _ fill: (UnsafeMutableRawBufferPointer) throws -> Void
-    ) throws {
-        var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
-        var data = MDB_val(mv_size: count, mv_data: nil)
-        let code = mdb_put(handle, database, &keyValue, &data, UInt32(MDB_RESERVE))
-        environment.notePut(bytes: key.count + count, code: code, database: database)
-        try check(code, "mdb_put(MDB_RESERVE)")
-        guard data.mv_size == count, let start = data.mv_data else {
-            throw PersistentDefaultsError.lmdb(code: .invalid, operation: "mdb_put(MDB_RESERVE) reserved no space")
-        }
-        try fill(UnsafeMutableRawBufferPointer(start: start, count: count))
-    }
-
-    /// Marks this write transaction as one that appended a commit-log record of the keys whose
-    /// wake-up bits are `mask`.
-    func noteLogged(sequence: UInt64, mask: UInt64) { environment.noteLogged(sequence: sequence, mask: mask) }
-
-    /// Whether this write transaction has put into or deleted from `database`.
-    func wrote(_ database: DatabaseHandle) -> Bool { environment.wrote(database) }
-
-    /// Deletes `key`; returns whether it existed.
-    @discardableResult
-    func delete(_ database: DatabaseHandle, _ key: UnsafeRawBufferPointer) throws -> Bool {
-        var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
-        let code = mdb_del(handle, database, &keyValue, nil)
-        if code == MDB_NOTFOUND { return false }
-        environment.notePut(bytes: 0, code: code, database: database)
-        try check(code, "mdb_del")
-        return true
-    }
-
-    /// Deletes entries from the first one on while `shouldDelete` says so; returns how many.
-    @discardableResult
-    func deleteLeading(_ database: DatabaseHandle, while shouldDelete: (UnsafeRawBufferPointer) throws -> Bool)
-        throws -> Int
-    {
-        var opened: OpaquePointer?
-        try check(mdb_cursor_open(handle, database, &opened), "mdb_cursor_open")
-        guard let cursor = opened else { return 0 }
-        defer { mdb_cursor_close(cursor) }
-        var deleted = 0
-        var key = MDB_val()
-        var data = MDB_val()
-        while true {
-            let code = mdb_cursor_get(cursor, &key, &data, MDB_FIRST)
-            if code == MDB_NOTFOUND { return deleted }
-            try check(code, "mdb_cursor_get")
-            guard try shouldDelete(UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)) else {
-                return deleted
-            }
-            let deleteCode = mdb_cursor_del(cursor, 0)
-            environment.notePut(bytes: 0, code: deleteCode, database: database)
-            try check(deleteCode, "mdb_cursor_del")
-            deleted += 1
-        }
-    }
-
-    /// Deletes every entry of a database, keeping the database.
-    func empty(_ database: DatabaseHandle) throws {
-        let code = mdb_drop(handle, database, 0)
-        environment.notePut(bytes: 0, code: code, database: database)
-        try check(code, "mdb_drop")
-    }
-
-    /// Statistics of one database.
-    func statistics(_ database: DatabaseHandle) throws -> DatabaseStatistics {
-        var stat = MDB_stat()
-        try check(mdb_stat(handle, database, &stat), "mdb_stat")
-        return DatabaseStatistics(stat)
-    }
-
-    /// Visits entries in key order from the first key at or after `start` (or from the first or
-    /// last entry), until `body` returns false. Bytes are valid only inside `body`.
-    func forEach(
-        _ database: DatabaseHandle, from start: UnsafeRawBufferPointer? = nil, reverse: Bool = false,
-        _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool
-    ) throws {
-        var opened: OpaquePointer?
-        try check(mdb_cursor_open(handle, database, &opened), "mdb_cursor_open")
-        guard let cursor = opened else { return }
-        defer { mdb_cursor_close(cursor) }
-        var key = MDB_val()
-        var data = MDB_val()
-        var operation: MDB_cursor_op
-        if let start {
-            key = MDB_val(mv_size: start.count, mv_data: UnsafeMutableRawPointer(mutating: start.baseAddress))
-            operation = MDB_SET_RANGE
-        } else {
-            operation = reverse ? MDB_LAST : MDB_FIRST
-        }
-        while true {
-            let code = mdb_cursor_get(cursor, &key, &data, operation)
-            if code == MDB_NOTFOUND { return }
-            try check(code, "mdb_cursor_get")
-            let keyBytes = UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)
-            let valueBytes = UnsafeRawBufferPointer(start: data.mv_data, count: data.mv_size)
-            guard try body(keyBytes, valueBytes) else { return }
-            operation = reverse ? MDB_PREV : MDB_NEXT
-        }
-    }
-}
-
 extension Environment {
     /// Runs `body` in a transaction that is committed, so that database handles it opens stay
     /// valid (lmdb.h: "After a successful commit the handle will reside in the shared environment").
@@ -834,81 +661,3 @@ extension Environment {
         }
     }
 }
-
-extension Transaction {
-    /// Whether the environment's main database is empty: nothing but possibly a fresh file.
-    func isEmptyEnvironment() throws -> Bool {
-        var main: MDB_dbi = 0
-        try check(mdb_dbi_open(handle, nil, 0, &main), "mdb_dbi_open(main)")
-        return try statistics(main).entries == 0
-    }
-}
-
-/// Tells whether any other process has an LMDB environment open on a directory, from the fcntl
-/// lock that LMDB holds on the first byte of `lock.mdb`; for a read-only open that cannot use the
-/// lock file (MDB_NOLOCK).
-///
-/// mdb.c (0.9.24), `mdb_env_excl_lock`, called by `mdb_env_setup_locks` in every `mdb_env_open`
-/// that uses the lock file: `lock_info.l_type = F_WRLCK; … l_start = 0; l_len = 1;
-/// fcntl(env->me_lfd, F_SETLK, &lock_info)`, and when that fails (another process has it)
-/// `lock_info.l_type = F_RDLCK; … fcntl(env->me_lfd, F_SETLKW, &lock_info)`; `mdb_env_share_locks`
-/// later turns the first opener's write lock into a read lock. The lock is held until
-/// `mdb_env_close` closes `me_lfd` (or the process ends). So while any process has the
-/// environment open, byte 0 of `lock.mdb` carries its lock, and `F_GETLK` for a write lock on that
-/// byte reports it. `F_GETLK` needs only a descriptor opened for reading, which a read-only
-/// directory allows, and it ignores this process's own locks (it has none: it runs lockless).
-///
-/// It cannot tell a writer from a reader, so it also refuses while another reader has the
-/// store open with the lock file: either could be followed by a write this process cannot see.
-/// `@unchecked Sendable`: the descriptor is set in `init` and only passed to `fcntl` and `close`.
-final class LockFileProbe: @unchecked Sendable {
-    private let descriptor: Int32
-    let lockPath: String
-
-    /// Opens `lock.mdb` for reading; a missing lock file means no process has the store open
-    /// (every LMDB process that uses it keeps it), which the probe then reports on each check by
-    /// looking again.
-    init(directory: String) throws(PersistentDefaultsError) {
-        lockPath = directory + "/" + StoreFiles.lockFile
-        let opened = open(lockPath, O_RDONLY | O_CLOEXEC)
-        if opened < 0, errno != ENOENT {
-            throw .fileSystem(
-                path: lockPath, errno: errno,
-                operation: "a read-only open without LMDB's lock file (not writable here) must read it"
-                    + " to tell whether another process has the store open: open")
-        }
-        descriptor = opened
-    }
-
-    /// Throws when another process holds LMDB's lock on `lock.mdb`, naming it.
-    func checkNoOtherProcess() throws(PersistentDefaultsError) {
-        var descriptor = self.descriptor
-        var opened = false
-        if descriptor < 0 {
-            // No lock file at open: a process that opens the store later creates one.
-            descriptor = open(lockPath, O_RDONLY | O_CLOEXEC)
-            guard descriptor >= 0 else { return }
-            opened = true
-        }
-        defer { if opened { closeDescriptor(descriptor) } }
-        var lock = flock()
-        lock.l_type = Int16(F_WRLCK)
-        lock.l_whence = Int16(SEEK_SET)
-        lock.l_start = 0
-        lock.l_len = 1
-        guard fcntl(descriptor, F_GETLK, &lock) == 0 else {
-            throw .fileSystem(path: lockPath, errno: errno, operation: "fcntl(F_GETLK)")
-        }
-        guard lock.l_type == Int16(F_UNLCK) else {
-            throw .fileSystem(
-                path: lockPath, errno: EAGAIN,
-                operation: "refused to read without LMDB's lock file (not writable here) while process"
-                    + " \(lock.l_pid) has the store open and may write to it (it holds LMDB's lock on)")
-        }
-    }
-
-    deinit { if descriptor >= 0 { closeDescriptor(descriptor) } }
-}
-
-/// Closes a descriptor opened only for reading; a failed close loses nothing, so it is ignored.
-private func closeDescriptor(_ descriptor: Int32) { _ = close(descriptor) }
