@@ -1,11 +1,12 @@
 import Foundation
 import Observation
+import PDTestSupport
 import PersistentDefaults
 import Testing
 
 // The issue's code, as written: `store` is a store the app made, `.theme` uses `.standard`.
 let store: PersistentDefaults = {
-    let base = FileManager.default.temporaryDirectory.appendingPathComponent("pd-wrapper-\(UUID().uuidString)").path
+    let base = temporaryPath("pd-wrapper")
     try? PersistentDefaults.configureStandard(path: base + "/standard")
     // swift-format-ignore: NeverUseForceTry
     return try! PersistentDefaults(path: base + "/app")
@@ -68,7 +69,7 @@ private func changeIsTracked(reading read: () -> Void, when change: () throws ->
         let remote = try changeIsTracked(
             reading: { _ = settings.someValue },
             when: {
-                status = try runProduct("pd-worker", ["set-int", path, "someKey", "41"]).status
+                status = try runFixture(["set-int", path, "someKey", "41"]).status
             })
         #expect(status == 0)
         #expect(remote)
@@ -206,8 +207,8 @@ private final class ExampleUserDefault {
             with env.begin(write=True, db=env.open_db(b"values")) as txn:
                 txn.put(b"seed004.isLineWrappingEnabled", bytes([1, 1]))
             """
-        if (try? runPython("import lmdb")) == 0 {
-            #expect(try runPython(script, path) == 0)
+        if pythonHasLMDB {
+            #expect(try runPython(script, [path]) == 0)
             #expect(changes.wait(forCount: 1))
             #expect(changes.all == [true])
             #expect(await values.next() == true)
