@@ -71,9 +71,9 @@ extension PersistentDefaults {
         let codec: ValueCodec<Value>
         /// The default's bytes are `null`: setting nil removes the key instead of storing null.
         let removesNil: Bool
-        /// seed-003 hook: remove instead of storing this value.
+        /// A hook: remove the key instead of storing this value.
         let shouldRemove: ((Value) -> Bool)?
-        /// seed-003 hook: whether to replace the stored value with a new one.
+        /// A hook: whether to replace the stored value with a new one.
         let shouldOverwrite: ((Value, Value) -> Bool)?
         /// `==` of `Value` when it is `Equatable`: a set of a value equal to the stored one is no
         /// change, even when the two encode to different bytes.

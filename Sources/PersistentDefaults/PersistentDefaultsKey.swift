@@ -1,6 +1,6 @@
 import Synchronization
 
-/// A key declared as a type, in the style of seed 003: the default and the hooks are static.
+/// A key declared as a type: the default and the hooks are static.
 ///
 /// ```swift
 /// struct FirstLaunchKey: PersistentDefaultsKey { static let defaultValue = false }
@@ -100,7 +100,7 @@ enum KeyTypeCache {
     }
 }
 
-/// Seed 003's `CodableDefaultsKey`: a key type whose value is any `Codable`, stored as JSON.
+/// A key type whose value is any `Codable`, stored as JSON.
 ///
 /// ```swift
 /// struct LayoutKey: CodableDefaultsKey { static let defaultValue = Layout() }

@@ -4,7 +4,7 @@ import PersistentDefaults
 import Synchronization
 import Testing
 
-/// Regression tests for the group-commit and observer defects of issue 10: each ran into the
+/// Regression tests for defects once found in group commit and observer delivery: each ran into the
 /// defect before its fix (a failed expectation or a timeout, never a hang of the suite).
 @Suite struct ConcurrencyRegressionTests {
     /// Runs `body(thread)` on `count` threads at once and waits for all of them.

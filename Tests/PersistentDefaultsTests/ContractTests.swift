@@ -3,7 +3,7 @@ import PDTestSupport
 import PersistentDefaults
 import Testing
 
-// The code of the core engine issue, exactly as a user writes it in their own module.
+// The store's main API, exactly as a user writes it in their own module.
 
 enum Theme: String, Codable, Sendable { case light, dark, system }
 struct WindowFrame: Codable, Equatable, Sendable {
@@ -19,7 +19,7 @@ extension PersistentDefaults.Keys {
     static let recent = Key<[String]>("recent", default: [])
 }
 
-// Key types in the style of the seed 003_5fb4a0bb81bb2553.txt
+// Keys declared as types: a static default, optional hooks and a stored-type conversion.
 struct FirstLaunchKey: PersistentDefaultsKey { static let defaultValue = false }
 extension PersistentDefaultsKey where Self == FirstLaunchKey { static var firstLaunch: Self { Self() } }
 
@@ -36,7 +36,7 @@ extension PersistentDefaultsKey where Self == LegacyFlagKey { static var legacyF
 let retries = PersistentDefaults.Key<Int>("retries", default: 3)  // keys can also be made at run time
 
 @Suite struct ContractTests {
-    @Test func theIssueExampleBehavesAsItsCommentsSay() throws {
+    @Test func theMainAPIBehavesAsItsCommentsSay() throws {
         try withTemporaryDirectory { dir in
             let store = try PersistentDefaults(path: dir)  // a directory; created if missing
             #expect(FileManager.default.fileExists(atPath: dir + "/data.mdb"))

@@ -3,7 +3,7 @@ import PDTestSupport
 import PersistentDefaults
 import Testing
 
-// The issue's declaration contract, as a user writes it in their own module (keys
+// Declaring keys, as a user writes it in their own module (keys
 // `launchCount`, `theme` and `frame` are declared in ContractTests.swift).
 extension PersistentDefaults.Keys {
     static let maxConnections = Key<Int>("maxConnections", default: 64)
@@ -12,7 +12,7 @@ extension PersistentDefaults.Keys {
 }
 
 @Suite struct DeclarationTests {
-    @Test func theIssueContractRecordsNameTypeDefaultAndSummary() throws {
+    @Test func declaringKeysRecordsNameTypeDefaultAndSummary() throws {
         try withTemporaryStore { store, _, _ in
             try store.declare(.launchCount, .theme, .frame)
             try store.declare(.maxConnections, summary: "Upper bound on open client connections")

@@ -11,6 +11,10 @@ import PDTestSupport
 // check passed, 1 on the first round with a problem (the store is kept for inspection), 2 on a
 // usage error.
 
+enum Mode: String {
+    case sync, bounded
+}
+
 struct Settings {
     var kills = 500
     var bounded = false
@@ -20,28 +24,17 @@ struct Settings {
     var directory: String?
 
     init?(_ arguments: [String]) {
-        var rest = arguments[...]
-        while let option = rest.popFirst() {
-            guard let value = rest.popFirst() else { return nil }
-            switch option {
-            case "--kills":
-                guard let number = Int(value), number > 0 else { return nil }
-                kills = number
-            case "--mode":
-                guard value == "sync" || value == "bounded" else { return nil }
-                bounded = value == "bounded"
-            case "--seed":
-                guard let number = UInt64(value) else { return nil }
-                seed = number
-            case "--writers":
-                guard let number = Int(value), number > 0 else { return nil }
-                writers = number
-            case "--max-delay-ms":
-                guard let number = Int(value), number > 0 else { return nil }
-                maxDelayMilliseconds = number
-            case "--dir": directory = value
-            default: return nil
-            }
+        do {
+            let options = try DriverOptions(
+                arguments, names: ["--kills", "--mode", "--seed", "--writers", "--max-delay-ms", "--dir"])
+            kills = try options.number("--kills", default: kills, atLeast: 1)
+            bounded = try options.choice("--mode", default: Mode.sync) == .bounded
+            seed = try options.number("--seed", default: seed, atLeast: 0)
+            writers = try options.number("--writers", default: writers, atLeast: 1)
+            maxDelayMilliseconds = try options.number("--max-delay-ms", default: maxDelayMilliseconds, atLeast: 1)
+            directory = options.text("--dir")
+        } catch {
+            return nil
         }
     }
 }
@@ -106,9 +99,7 @@ func main() -> ToolExitCode {
                     + " [--dir DIR]\n").utf8))
         return .usage
     }
-    let path =
-        settings.directory
-        ?? temporaryPath("pd-kill-test")
+    let path = settings.directory ?? temporaryPath("pd-kill-test")
     var random = SplitMix64(seed: settings.seed)
     var checker = CrashChecker()
     var kills = 0

@@ -42,36 +42,25 @@ struct Settings {
     var seconds: Double?
 
     init?(_ arguments: [String]) {
-        var rest = arguments[...]
-        while let option = rest.popFirst() {
-            guard let value = rest.popFirst() else { return nil }
-            switch option {
-            case "--cuts":
-                guard let number = Int(value), number > 0 else { return nil }
-                cuts = number
-            case "--mode":
-                guard let mode = Mode(rawValue: value) else { return nil }
-                self.mode = mode
-            case "--seed":
-                guard let number = UInt64(value) else { return nil }
-                seed = number
-            case "--interval-ms":
-                guard let number = Int(value), number > 0 else { return nil }
-                intervalMilliseconds = number
-            case "--max-delay-ms":
-                guard let number = Int(value), number > 0 else { return nil }
-                maxDelayMilliseconds = number
-            case "--slack-ms":
-                guard let number = Int(value), number >= 0 else { return nil }
-                slackMilliseconds = number
-            case "--disk": disk = value
-            case "--dir": directory = value
-            case "--keep": keep = value
-            case "--seconds":
-                guard let number = Double(value), number > 0 else { return nil }
-                seconds = number
-            default: return nil
-            }
+        do {
+            let options = try DriverOptions(
+                arguments,
+                names: [
+                    "--cuts", "--mode", "--seed", "--interval-ms", "--max-delay-ms", "--slack-ms", "--disk", "--dir",
+                    "--keep", "--seconds",
+                ])
+            cuts = try options.number("--cuts", default: cuts, atLeast: 1)
+            mode = try options.choice("--mode", default: mode)
+            seed = try options.number("--seed", default: seed, atLeast: 0)
+            intervalMilliseconds = try options.number("--interval-ms", default: intervalMilliseconds, atLeast: 1)
+            maxDelayMilliseconds = try options.number("--max-delay-ms", default: maxDelayMilliseconds, atLeast: 1)
+            slackMilliseconds = try options.number("--slack-ms", default: slackMilliseconds, atLeast: 0)
+            disk = options.text("--disk")
+            directory = options.text("--dir")
+            keep = options.text("--keep")
+            seconds = try options.number("--seconds", atLeast: Double.leastNonzeroMagnitude)
+        } catch {
+            return nil
         }
     }
 }
@@ -188,9 +177,7 @@ func main() -> ToolExitCode {
         print("pd-power-cut-test: no simulated disk at \(disk) (tools/power-cut builds it)")
         return .usage
     }
-    let path =
-        settings.directory
-        ?? temporaryPath("pd-power-cut-test")
+    let path = settings.directory ?? temporaryPath("pd-power-cut-test")
     var random = SplitMix64(seed: settings.seed)
     var checker = CrashChecker()
     var tally = Tally()
