@@ -1,4 +1,19 @@
-/// The text of `pdinspect --help` and `pdinspect VERB --help`.
+/// `pdinspect --help`, `pdinspect help VERB` and `pdinspect VERB --help`.
+struct HelpCommand: CommandBody {
+    /// The verb to explain; nil for the overview.
+    var verb: Verb?
+
+    func run(in runner: Runner) throws {
+        runner.console.print(verb.map(HelpText.help(for:)) ?? HelpText.overview)
+    }
+}
+
+extension Command {
+    /// Print the overview, or one verb's help when `verb` is set.
+    public static func help(_ verb: Verb?) -> Command { Command(HelpCommand(verb: verb)) }
+}
+
+/// The text of `pdinspect --help` and `pdinspect VERB --help`, made from the verb registry.
 public enum HelpText {
     /// The overview: every verb, the common options and the exit codes.
     public static var overview: String {

@@ -100,3 +100,44 @@ struct ExportDocument: Codable, Sendable, Equatable {
         }
     }
 }
+
+extension ExportDocument {
+    /// Why a stored entry cannot go into an export document.
+    enum LeftOut: Error, CustomStringConvertible {
+        /// The value does not decode.
+        case undecodable(StoredValueError)
+        /// `String` equality takes the entry's name for `other`, an earlier name whose UTF-8
+        /// bytes differ (NFC "café" and NFD "cafe\u{301}"): two keys, which one JSON object of an
+        /// export file cannot keep apart once read back.
+        case sameString(as: String)
+
+        var description: String {
+            switch self {
+            case .undecodable(let error): "\(error)"
+            case .sameString(let other):
+                "its name and the name \"\(other)\" (UTF-8 "
+                    + other.utf8.map { String($0, radix: 16) }.joined(separator: " ")
+                    + ") are different keys that differ only in Unicode normalisation, which a JSON object "
+                    + "read back by import cannot keep apart"
+            }
+        }
+    }
+
+    /// The document of `entries`; each entry it cannot hold is passed to `leaveOut` with why
+    /// (which may throw to give up).
+    init(_ entries: [StoredEntry], leaveOut: (StoredEntry, LeftOut) throws -> Void) rethrows {
+        var keys: [String: TypedValue] = [:]
+        for entry in entries {
+            switch entry.decoded {
+            case .success(let value):
+                if let index = keys.index(forKey: entry.name), !keys[index].key.utf8.elementsEqual(entry.name.utf8) {
+                    try leaveOut(entry, .sameString(as: keys[index].key))
+                } else {
+                    keys[entry.name] = TypedValue(value)
+                }
+            case .failure(let error): try leaveOut(entry, .undecodable(error))
+            }
+        }
+        self.init(keys: keys)
+    }
+}

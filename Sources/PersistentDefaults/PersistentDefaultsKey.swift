@@ -52,7 +52,7 @@ extension PersistentDefaultsKey where Value: Equatable {
     public static func shouldOverwrite(_ oldValue: Value, _ newValue: Value) -> Bool { oldValue != newValue }
 }
 
-/// Converts a key's value to the value that is stored and back (seed 003).
+/// Converts a key's value to the value that is stored and back.
 ///
 /// ```swift
 /// struct IntBoolConversion: ValueConversion {      // stored as Int, read as Bool

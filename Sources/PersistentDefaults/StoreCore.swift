@@ -171,7 +171,8 @@ final class StoreCore: Sendable {
         }
         let record = CommitRecord(sequence: last + 1, timestamp: Date(), processID: getpid(), changes: changes)
         let encoded = record.encoded
-        transaction.noteLogged(mask: changes.reduce(0) { $0 | WakeChannel.bit(forKeyNamed: $1.key.utf8) })
+        transaction.noteLogged(
+            sequence: record.sequence, mask: changes.reduce(0) { $0 | WakeChannel.bit(forKeyNamed: $1.key.utf8) })
         try sequenceKey(record.sequence).withUnsafeBytes { key in
             try encoded.withUnsafeBytes { try transaction.put(databases.log, key, $0) }
         }

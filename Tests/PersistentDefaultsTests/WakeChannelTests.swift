@@ -62,7 +62,7 @@ private func sleepers(_ path: String) -> Int { slots(path).filter { $0.word & 1 
             var info = stat()
             #expect(stat(path + "/notify", &info) == 0)
             #expect(info.st_mode & 0o777 == 0o600)
-            #expect(info.st_size == 16_384)
+            #expect(info.st_size == 20_480)
             try FileManager.default.removeItem(atPath: path + "/notify")
             var options = PersistentDefaults.Options()
             options.readOnly = true

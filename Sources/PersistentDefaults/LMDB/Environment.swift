@@ -98,6 +98,8 @@ final class Environment: @unchecked Sendable {
     private var writeLogged = false
     /// The wake-up mask of the current write transaction's changed keys (see `WakeChannel`).
     private var writeMask: UInt64 = 0
+    /// The sequence of the record the current write transaction appended, when `writeLogged`.
+    private var writeSequence: UInt64 = 0
     /// Commits of this process that changed pages but appended no log record (store creation,
     /// migrations): each advanced LMDB's transaction ID by one without a log sequence. Counted
     /// here only, after the commit, so the watcher compares two numbers that move together.
@@ -337,6 +339,7 @@ final class Environment: @unchecked Sendable {
         let unlogged = touched && !writeLogged
         // A commit that logged no record changed keys that nobody can name: it wakes everybody.
         let mask = unlogged ? WakeChannel.everything : writeMask | WakeChannel.everyCommit
+        let loggedSequence = writeLogged ? writeSequence : nil
         let bytes = writeBytes
         // lmdb.h: the transaction handle is freed by mdb_txn_commit whether it succeeds or not.
         let commitCode = mdb_txn_commit(transaction)
@@ -346,16 +349,22 @@ final class Environment: @unchecked Sendable {
         // Sequentially consistent: pairs with the flusher's arming (see `Flusher.markDirty`).
         if touched { localCommits.add(1, ordering: .sequentiallyConsistent) }
         if unlogged { localUnloggedCommits.add(1, ordering: .releasing) }
-        // The commit is visible to new readers now: wake the other processes that observe its
-        // keys (this process's observers get it from the committing thread). Never fails a commit.
+        // The commit is visible to new readers now: confirm its announcement and wake the other
+        // processes that observe its keys (this process's observers get it from the committing
+        // thread). Never fails a commit.
+        if let loggedSequence { wakeChannel?.confirm(sequence: loggedSequence) }
         if touched { wakeChannel?.signal(mask) }
         return result
     }
 
-    /// Records that the current write transaction appended a commit-log record.
-    fileprivate func noteLogged(mask: UInt64) {
+    /// Records that the current write transaction appended the commit-log record `sequence`
+    /// whose changed keys have the wake-up bits `mask`, and announces it on the wake-up channel
+    /// (before the commit, under LMDB's writer lock; see ``WakeChannel/announce(sequence:mask:)``).
+    fileprivate func noteLogged(sequence: UInt64, mask: UInt64) {
         writeLogged = true
+        writeSequence = sequence
         writeMask = mask
+        wakeChannel?.announce(sequence: sequence, mask: mask | WakeChannel.everyCommit)
     }
 
     /// Records the size of a put in the current write transaction, and whether it hit `MDB_MAP_FULL`.
@@ -641,7 +650,7 @@ struct Transaction {
 
     /// Marks this write transaction as one that appended a commit-log record of the keys whose
     /// wake-up bits are `mask`.
-    func noteLogged(mask: UInt64) { environment.noteLogged(mask: mask) }
+    func noteLogged(sequence: UInt64, mask: UInt64) { environment.noteLogged(sequence: sequence, mask: mask) }
 
     /// Deletes `key`; returns whether it existed.
     @discardableResult

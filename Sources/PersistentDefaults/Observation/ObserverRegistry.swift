@@ -89,6 +89,11 @@ final class ObserverRegistry: Sendable {
     /// lock: it is raised before a registration's snapshot and lowered only by a removal, so a
     /// removal racing with a registration can never hide a commit from the new observer.
     private let interest = Atomic<Int>(0)
+    /// Records that other processes committed and that delivery passed without reading them
+    /// (see ``pass(through:core:)``); for tests and diagnostics.
+    let passedRecords = Atomic<Int>(0)
+    /// How many times delivery read the log; for tests and diagnostics.
+    let logReads = Atomic<Int>(0)
 
     // MARK: Registration
 
@@ -261,6 +266,34 @@ final class ObserverRegistry: Sendable {
 
     // MARK: Delivery
 
+    /// Every record up to this sequence has been delivered (or passed).
+    var deliveredSequence: UInt64 { state.withLock { $0.delivered } }
+
+    /// For the watcher, after other processes' commits up to `sequence`: moves delivery past
+    /// them without reading the log when the store's wake-up channel shows that each was
+    /// announced and none carried a bit of what this process observes — then none changed an
+    /// observed key, and no commit or prefix observer exists (their bit is in every commit).
+    /// Returns false when that cannot be shown or a delivery is under way: the caller delivers.
+    ///
+    /// Under the lock, like a delivery's start: a registration whose snapshot is older than the
+    /// new position reads again (see `register`), and the waiter's bits, raised before a
+    /// registration's snapshot, cover every observer registered or registering.
+    func pass(through sequence: UInt64, core: StoreCore) -> Bool {
+        guard let channel = core.environment.wakeChannel, let waiter = waiterIfClaimed else { return false }
+        return state.withLock { state in
+            guard !state.isDelivering, !state.needsComparing, state.delivered == state.target else { return false }
+            guard sequence > state.delivered else { return true }
+            guard channel.noneAnnounced(meeting: waiter.bits, after: state.delivered, through: sequence) else {
+                return false
+            }
+            passedRecords.add(Int(sequence - state.delivered), ordering: .relaxed)
+            state.delivered = sequence
+            state.dispatched = max(state.dispatched, sequence)
+            state.target = sequence
+            return true
+        }
+    }
+
     /// Called after a local commit: delivers `record` and anything before it not yet delivered.
     func didCommit(_ record: CommitRecord, core: StoreCore) {
         // Pairs with the add of `register`: either the registration's snapshot saw this
@@ -332,6 +365,7 @@ final class ObserverRegistry: Sendable {
     /// `compare` asks, the observed keys' values; delivers the records, then the differences.
     private func deliverFromStore(after from: UInt64, compare: Bool, core: StoreCore) throws {
         let names = observedKeys
+        logReads.add(1, ordering: .relaxed)
         let batch = try core.environment.withRead { transaction in
             let log = try core.readLog(after: from, in: transaction)
             let values =

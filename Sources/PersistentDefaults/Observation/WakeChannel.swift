@@ -16,7 +16,12 @@ import CPlatform
 /// Layout (host byte order): bytes 0–7 the header (magic `PDWK`, layout version 2); bytes 8–11
 /// the number of slots ever claimed (the writers' scan limit); from byte 64, 1,020 slots of 16
 /// bytes: process ID (`UInt32`, 0 when free), word (`UInt32`: a generation in bits 1–31 and, in
-/// bit 0, "the watcher sleeps on it"), mask (`UInt64`).
+/// bit 0, "the watcher sleeps on it"), mask (`UInt64`). From byte 16,384, the **announcements**
+/// (see ``announce(sequence:mask:)``): the first and last log sequence of the current unbroken run
+/// of announced and confirmed commits (`UInt64` each), then from byte 16,448 the last announced sequence whose
+/// commit carried each mask bit (64 × `UInt64`). The file is 20,480 bytes; a 16,384-byte file is
+/// one an older version made: it is grown when this process may write it, else used without the
+/// announcements.
 ///
 /// The mask has one bit per key-name hash (bits 0–62, FNV-1a of the name's UTF-8 bytes modulo
 /// 63) and bit 63 for "every commit" (commit and prefix observers). A commit's mask holds the
@@ -37,25 +42,39 @@ import CPlatform
 final class WakeChannel: @unchecked Sendable {
     /// The file's name in the store directory.
     static let fileName = "notify"
-    /// The file's size: four pages.
-    static let fileSize = 16_384
+    /// The file's size: five pages, the slots' four and the announcements'.
+    static let fileSize = 20_480
+    /// Where the slots end and the announcements begin: the size of the file an older version
+    /// made (which never shrinks a file of at least this size).
+    static let slotsEnd = 16_384
+    static let announcementsOffset = 16_384
+    static let bitLastOffset = 16_448
     /// The first 8 bytes of the file, read as one host-order `UInt64`: the magic `PDWK` in the
     /// low 32 bits and the layout version (2) in the high 32 bits.
     static let header = UInt64(0x4B57_4450) | UInt64(2) << 32
     static let slotsOffset = 64
     static let slotSize = 16
-    static let capacity = (fileSize - slotsOffset) / slotSize
+    static let capacity = (slotsEnd - slotsOffset) / slotSize
     /// The mask bit of "every commit".
     static let everyCommit: UInt64 = 1 << 63
     /// The mask of a commit whose changed keys are unknown.
     static let everything: UInt64 = ~0
 
     private let base: UnsafeMutableRawPointer
+    /// The mapped length: `fileSize`, or `slotsEnd` for an older version's file that this
+    /// process may not grow (then it has no announcements).
+    private let length: Int
     private let processID = UInt32(truncatingIfNeeded: getpid())
 
-    private init(base: UnsafeMutableRawPointer) { self.base = base }
+    private init(base: UnsafeMutableRawPointer, length: Int) {
+        self.base = base
+        self.length = length
+    }
 
-    deinit { munmap(base, Self.fileSize) }
+    deinit { munmap(base, length) }
+
+    /// Whether the file holds the announcements.
+    var hasAnnouncements: Bool { length >= Self.fileSize }
 
     /// The mask bit of a key name (its UTF-8 bytes).
     static func bit(forKeyNamed name: some Sequence<UInt8>) -> UInt64 {
@@ -70,24 +89,27 @@ final class WakeChannel: @unchecked Sendable {
     static func attach(directory: String, create: Bool) -> WakeChannel? {
         guard pd_futex_available() != 0 else { return nil }  // Other platforms poll.
         let path = directory + "/" + fileName
-        var descriptor = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0), 0o600)
-        if descriptor >= 0, create {
-            // open applies the umask; the mode must not depend on it (like data.mdb and lock.mdb).
-            _ = fchmod(descriptor, 0o600)  // Best effort: the mode from open is no wider than 0600.
-        } else if descriptor < 0, create, errno == EEXIST {
-            descriptor = open(path, O_RDWR | O_CLOEXEC)
-        }
+        if create { makeFile(at: path) }
+        let descriptor = open(path, O_RDWR | O_CLOEXEC)
         guard descriptor >= 0 else { return nil }
         // The mapping stays valid after the descriptor is closed.
         defer { close(descriptor) }
         var info = stat()
         guard fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
-        if info.st_size < fileSize {
-            // A new file, or one another process is creating: both set the same size. A process
-            // that may not create files does not change one either.
-            guard create, ftruncate(descriptor, off_t(fileSize)) == 0 else { return nil }
+        var size = Int(info.st_size)
+        if size < slotsEnd {
+            // An older version is making the file (it creates it empty, then sets 16,384 bytes):
+            // set the same size, never more, or its truncation would cut this mapping short. A
+            // process that may not create files does not change one either.
+            guard create, ftruncate(descriptor, off_t(slotsEnd)) == 0 else { return nil }
+            size = slotsEnd
+        } else if size < fileSize, create, ftruncate(descriptor, off_t(fileSize)) == 0 {
+            // An older version's complete file: no version truncates a file of this size, so
+            // growing it is safe; its processes keep using the slots and ignore the rest.
+            size = fileSize
         }
-        guard let mapped = mmap(nil, fileSize, PROT_READ | PROT_WRITE, MAP_SHARED, descriptor, 0),
+        let length = size >= fileSize ? fileSize : slotsEnd
+        guard let mapped = mmap(nil, length, PROT_READ | PROT_WRITE, MAP_SHARED, descriptor, 0),
             mapped != MAP_FAILED
         else { return nil }
         let header = mapped.assumingMemoryBound(to: UInt64.self)
@@ -96,10 +118,25 @@ final class WakeChannel: @unchecked Sendable {
         guard pd_atomic_load_u64(header) == Self.header else {
             // Another layout (another version of the library): leave it alone and work without
             // the channel.
-            munmap(mapped, fileSize)
+            munmap(mapped, length)
             return nil
         }
-        return WakeChannel(base: mapped)
+        return WakeChannel(base: mapped, length: length)
+    }
+
+    /// Creates the file at its full size, unless it exists: made under a temporary name and
+    /// linked into place, so no process ever sees it shorter than `fileSize` (an older version
+    /// that found it shorter than 16,384 bytes would set that size, cutting a longer mapping).
+    private static func makeFile(at path: String) {
+        let temporary = path + ".\(getpid()).new"
+        let descriptor = open(temporary, O_RDWR | O_CLOEXEC | O_CREAT | O_EXCL, 0o600)
+        guard descriptor >= 0 else { return }  // The open below then finds the file or fails.
+        defer { unlink(temporary) }
+        // open applies the umask; the mode must not depend on it (like data.mdb and lock.mdb).
+        let ready = fchmod(descriptor, 0o600) == 0 && ftruncate(descriptor, off_t(fileSize)) == 0
+        close(descriptor)
+        // EEXIST: another process made it first, which is as good.
+        if ready { _ = link(temporary, path) }
     }
 
     private var slotCount: UnsafeMutablePointer<UInt32> {
@@ -135,6 +172,61 @@ final class WakeChannel: @unchecked Sendable {
             return Waiter(channel: self, slot: index)
         }
         return nil
+    }
+
+    // MARK: Announcements
+
+    private func announcementWord(at offset: Int) -> UnsafeMutablePointer<UInt64> {
+        base.advanced(by: offset).assumingMemoryBound(to: UInt64.self)
+    }
+
+    /// Inside the write transaction that logs `sequence` (under LMDB's writer lock), before its
+    /// commit: records that the commit with `sequence` carries `mask`. ``confirm(sequence:)``
+    /// completes the announcement after the commit.
+    ///
+    /// The run of confirmed sequences is broken, and restarts at `sequence`, when the last
+    /// confirmed one is not `sequence - 1`: a commit in between was made by a writer that does
+    /// not announce (an older version, a process that cannot write this file), or its writer
+    /// failed or died between its commit and its confirmation. Bits of a commit that then fails
+    /// stay: they only cost a spare delivery.
+    func announce(sequence: UInt64, mask: UInt64) {
+        guard hasAnnouncements else { return }
+        var bits = mask
+        while bits != 0 {
+            let bit = bits.trailingZeroBitCount
+            pd_atomic_store_u64(announcementWord(at: Self.bitLastOffset + bit * 8), sequence)
+            bits &= bits - 1
+        }
+        if pd_atomic_load_u64(announcementWord(at: Self.announcementsOffset + 8)) != sequence &- 1 {
+            pd_atomic_store_u64(announcementWord(at: Self.announcementsOffset), sequence)
+        }
+    }
+
+    /// After the commit of `sequence` succeeded: extends the run of confirmed sequences to it.
+    /// Stored after the commit, so a sequence that never committed is never confirmed; a reader
+    /// that sees it confirmed sees the bits and the run's start stored before it.
+    func confirm(sequence: UInt64) {
+        guard hasAnnouncements else { return }
+        pd_atomic_store_u64(announcementWord(at: Self.announcementsOffset + 8), sequence)
+    }
+
+    /// Whether every commit with a sequence in `(after, through]` was announced and none of
+    /// them carried a bit of `mask`: then an observer of `mask` may pass them without reading
+    /// the log. False whenever that cannot be shown (no announcements in this file, a writer
+    /// that does not announce, a bit announced later than `after`).
+    func noneAnnounced(meeting mask: UInt64, after: UInt64, through: UInt64) -> Bool {
+        guard hasAnnouncements, through > after else { return hasAnnouncements }
+        // The end before the start: the writer stores them in the other order.
+        guard pd_atomic_load_u64(announcementWord(at: Self.announcementsOffset + 8)) >= through,
+            pd_atomic_load_u64(announcementWord(at: Self.announcementsOffset)) <= after &+ 1
+        else { return false }
+        var bits = mask
+        while bits != 0 {
+            let bit = bits.trailingZeroBitCount
+            if pd_atomic_load_u64(announcementWord(at: Self.bitLastOffset + bit * 8)) > after { return false }
+            bits &= bits - 1
+        }
+        return true
     }
 
     /// After a commit: wakes the other processes whose mask meets `commitMask`. Never fails:
@@ -210,6 +302,9 @@ final class WakeChannel: @unchecked Sendable {
         /// Sets what wakes this waiter (after observers were removed).
         func set(_ bits: UInt64) { pd_atomic_store_u64(mask, bits) }
 
+        /// What wakes this waiter: the bits of every observer registered or registering.
+        var bits: UInt64 { pd_atomic_load_u64(mask) }
+
         /// The word's current value, to pass to ``wait(from:timeoutNanoseconds:)`` after checking
         /// the store.
         func current() -> UInt32 { pd_atomic_load_u32(word) }
@@ -225,6 +320,24 @@ final class WakeChannel: @unchecked Sendable {
             }
             // EAGAIN (the word moved), ETIMEDOUT and EINTR all mean: check the store again.
             _ = pd_futex_wait(word, expected, timeoutNanoseconds)
+        }
+
+        /// Watches the word without sleeping for at most `nanoseconds`, yielding the processor
+        /// between looks; returns whether it moved from `seen`. Writers wake only a sleeper, so
+        /// while a watcher watches, their commits cost them a compare-and-swap and no system call.
+        func watch(from seen: UInt32, nanoseconds: Int64) -> Bool {
+            let deadline = Self.now() + nanoseconds
+            repeat {
+                if pd_atomic_load_u32(word) & ~1 != seen & ~1 { return true }
+                sched_yield()
+            } while Self.now() < deadline
+            return false
+        }
+
+        private static func now() -> Int64 {
+            var time = timespec()
+            clock_gettime(CLOCK_MONOTONIC, &time)
+            return Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec)
         }
 
         /// Moves the word and wakes the sleeper: `stop()` of the watcher.

@@ -35,7 +35,7 @@ public struct PersistentDefault<Value: Sendable>: Sendable {
         tracker = store.core.tracker(for: key)
     }
 
-    /// A property for a key type (seed-003 style), with its hooks and conversion.
+    /// A property for a key declared as a type, with its hooks and conversion.
     public init<K: PersistentDefaultsKey>(_ key: K, in store: PersistentDefaults = .standard)
     where K.Value == Value, K.Conversion.Stored: Codable {
         self.init(K.key, in: store)

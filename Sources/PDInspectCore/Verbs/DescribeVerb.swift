@@ -1,36 +1,29 @@
 import Foundation
 import PersistentDefaults
 
-/// `describe --json`: what the code declared, the stored value, and the last logged change.
-private struct DescribeReport: Encodable {
-    struct Commit: Encodable {
-        var sequence: UInt64
-        var timestamp: String
-        var processID: Int32
-        /// For the last change: whether the key was removed.
-        var removed: Bool?
+/// `pdinspect describe DB KEY`: a key's declaration, value and newest logged change.
+struct DescribeVerb: VerbCommand {
+    var database: String
+    var key: String
+    var format: OutputFormat
+
+    static let name = "describe"
+    static let synopsis = "DB KEY [--json]"
+    static let summary = "KEY's declared type, default and summary, its value and its last logged change"
+    static let options = [OptionSpec.json]
+    static let details = """
+        Shows what the code declared (type, default, summary, the commit that declared it), the
+        stored value, and the newest commit-log record that changed KEY (sequence, time, pid),
+        if the log still holds one. Exit 1 if KEY is neither stored nor declared.
+        """
+
+    static func parse(_ arguments: ParsedArguments) throws(UsageError) -> Self {
+        let (database, key) = try arguments.databaseAndKey()
+        return Self(database: database, key: key, format: arguments.format)
     }
 
-    var name: String
-    var declared: Bool
-    var type: String?
-    var defaultValue: TypedValue?
-    var summary: String?
-    var declaredIn: Commit?
-    var stored: Bool
-    var value: TypedValue?
-    /// Why the stored value does not decode, or does not decode as the declared type.
-    var problem: String?
-    var lastChange: Commit?
-
-    private enum CodingKeys: String, CodingKey {
-        case name, declared, type, summary, declaredIn, stored, value, problem, lastChange
-        case defaultValue = "default"
-    }
-}
-
-extension Runner {
-    func describe(_ store: PersistentDefaults, key: String, format: OutputFormat) throws {
+    func run(in runner: Runner) throws {
+        let store = try runner.open(database)
         let declaration = try store.declaration(named: key)
         // The raw bytes, so that a value that does not decode is shown instead of failing.
         let stored = try store.storedEntries(prefix: key).first { $0.name.utf8.elementsEqual(key.utf8) }
@@ -52,7 +45,7 @@ extension Runner {
         }
         let defaultValue = try? declaration?.defaultValue()
         if format == .json {
-            try printJSON(
+            try runner.printJSON(
                 DescribeReport(
                     name: key, declared: declaration != nil, type: declaration?.typeName ?? value?.tag.description,
                     defaultValue: defaultValue.map(TypedValue.init), summary: declaration?.summary,
@@ -93,6 +86,46 @@ extension Runner {
             let range = try store.statistics().logRange.map { "#\($0.lowerBound)…#\($0.upperBound)" } ?? "empty"
             rows.append(["last change", "none in the commit log (it holds \(range))"])
         }
-        console.print(TextTable.render(rows))
+        runner.console.print(TextTable.render(rows))
+    }
+}
+
+/// `describe --json`: what the code declared, the stored value, and the last logged change.
+private struct DescribeReport: Encodable {
+    struct Commit: Encodable {
+        var sequence: UInt64
+        var timestamp: String
+        var processID: Int32
+        /// For the last change: whether the key was removed.
+        var removed: Bool?
+    }
+
+    var name: String
+    var declared: Bool
+    var type: String?
+    var defaultValue: TypedValue?
+    var summary: String?
+    var declaredIn: Commit?
+    var stored: Bool
+    var value: TypedValue?
+    /// Why the stored value does not decode, or does not decode as the declared type.
+    var problem: String?
+    var lastChange: Commit?
+
+    private enum CodingKeys: String, CodingKey {
+        case name, declared, type, summary, declaredIn, stored, value, problem, lastChange
+        case defaultValue = "default"
+    }
+}
+
+extension Verb {
+    /// `describe`
+    public static let describe = Verb(DescribeVerb.self)
+}
+
+extension Command {
+    /// Print a key's declaration, value and newest logged change.
+    public static func describe(database: String, key: String, format: OutputFormat) -> Command {
+        Command(DescribeVerb(database: database, key: key, format: format))
     }
 }
