@@ -1,4 +1,4 @@
-@_spi(Inspect) import PersistentDefaults
+import PersistentDefaults
 
 /// How `log` and `watch` show one change of a commit record.
 extension CommitRecord.Change {

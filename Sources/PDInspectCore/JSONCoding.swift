@@ -1,5 +1,5 @@
 import Foundation
-@_spi(Inspect) import PersistentDefaults
+import PersistentDefaults
 
 /// The JSON encoders and decoder `pdinspect` uses everywhere: the library's typed JSON form
 /// (sorted keys, non-finite doubles as `inf`, `-inf`, `nan`).

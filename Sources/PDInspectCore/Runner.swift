@@ -41,10 +41,9 @@ public struct Runner: Sendable {
 
     /// Opens an existing store, read-only unless asked; never creates one.
     func open(_ path: String, readOnly: Bool = true) throws -> PersistentDefaults {
-        // A read-only open runs the same checks itself; a writable one would create the store.
-        if !readOnly { try PersistentDefaults.checkStore(at: path) }
         var options = PersistentDefaults.Options()
         options.readOnly = readOnly
+        options.createIfMissing = false
         return try PersistentDefaults(path: path, options: options)
     }
 

@@ -1,4 +1,4 @@
-@_spi(Inspect) import PersistentDefaults
+import PersistentDefaults
 
 extension StoredEntry {
     /// The decoded value, or why it does not decode (including JSON values that do not parse).

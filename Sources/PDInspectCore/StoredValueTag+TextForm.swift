@@ -1,5 +1,5 @@
 import Foundation
-@_spi(Inspect) import PersistentDefaults
+import PersistentDefaults
 
 /// How `pdinspect set` reads a value of one type from the command line.
 struct TextForm: Sendable {

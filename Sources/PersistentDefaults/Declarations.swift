@@ -57,7 +57,7 @@ public struct KeyDeclaration: Sendable, Equatable, CustomStringConvertible {
 
     /// The default, decoded.
     public func defaultValue() throws(StoredValueError) -> StoredValue {
-        try StoredValue(bytes: encodedDefault)
+        try StoredValue(encodedValue: encodedDefault)
     }
 
     /// `name: type = default — summary`.

@@ -71,9 +71,9 @@ extension PersistentDefaults {
         let codec: ValueCodec<Value>
         /// The default's bytes are `null`: setting nil removes the key instead of storing null.
         let removesNil: Bool
-        /// A hook: remove the key instead of storing this value.
+        /// A key type's hook: remove instead of storing this value.
         let shouldRemove: ((Value) -> Bool)?
-        /// A hook: whether to replace the stored value with a new one.
+        /// A key type's hook: whether to replace the stored value with a new one.
         let shouldOverwrite: ((Value, Value) -> Bool)?
         /// `==` of `Value` when it is `Equatable`: a set of a value equal to the stored one is no
         /// change, even when the two encode to different bytes.

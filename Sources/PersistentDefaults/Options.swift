@@ -15,8 +15,20 @@ extension PersistentDefaults {
         /// When a commit reaches the disk. Default ``Durability/sync``.
         public var durability: Durability = .sync
         /// Open without writing: writes throw ``PersistentDefaultsError/readOnly(path:)``, and a
-        /// missing store is an error instead of being created.
+        /// missing store is an error instead of being created (whatever ``createIfMissing`` says).
         public var readOnly = false
+        /// Whether opening a path where no store exists creates one. Default `true`. With
+        /// `false`, such an open throws ``PersistentDefaultsError/notAStore(path:reason:)`` and
+        /// creates nothing (no directory, no store) — also for a writable open, so that a tool
+        /// that must only change existing stores needs no check before it opens (which would race
+        /// with another process removing or creating the store):
+        ///
+        /// ```swift
+        /// var options = PersistentDefaults.Options()
+        /// options.createIfMissing = false
+        /// let store = try PersistentDefaults(path: path, options: options)  // throws when absent
+        /// ```
+        public var createIfMissing = true
         /// The first size of the memory map in bytes; the map grows by itself. Default 1 MiB.
         public var initialMapSize = 1 << 20
         /// How many commit-log records to keep; older ones are pruned. At least 1. Default 10,000.
@@ -59,6 +71,9 @@ extension PersistentDefaults {
 
         /// Options with the defaults.
         public init() {}
+
+        /// Whether an open with these options may create the store.
+        var creates: Bool { !readOnly && createIfMissing }
 
         /// Writes `error` as one line to standard error.
         public static let printToStandardError: @Sendable (PersistentDefaultsError) -> Void = { error in

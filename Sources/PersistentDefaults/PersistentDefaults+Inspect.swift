@@ -27,7 +27,7 @@ public struct StoredEntry: Sendable, Equatable {
 
     /// The decoded value; throws when the bytes are not a valid ``StoredValue``.
     public func storedValue() throws(StoredValueError) -> StoredValue {
-        try StoredValue(bytes: encodedValue)
+        try StoredValue(encodedValue: encodedValue)
     }
 }
 
@@ -59,13 +59,13 @@ extension PersistentDefaults {
     /// Checks, without opening it, that `path` holds a complete store: a directory with a
     /// non-empty `data.mdb` whose meta pages are valid and whose pages are all present.
     /// Throws ``PersistentDefaultsError/notAStore(path:reason:)`` or a file-system error.
-    public static func checkStore(at path: String) throws(PersistentDefaultsError) {
-        _ = try StoreFiles.prepare(path: path, readOnly: true)
+    package static func checkStore(at path: String) throws(PersistentDefaultsError) {
+        _ = try StoreFiles.prepare(path: path, creating: false)
     }
 
     /// Throws ``PersistentDefaultsError/invalidKeyName(_:reason:)`` when `name` cannot be stored:
     /// it is empty or longer than ``Keys/maximumNameLength`` UTF-8 bytes.
-    public static func validateKeyName(_ name: String) throws(PersistentDefaultsError) {
+    package static func validateKeyName(_ name: String) throws(PersistentDefaultsError) {
         if let error = Keys.validate(name: name, bytes: name.utf8.count) { throw error }
     }
 }

@@ -60,14 +60,32 @@ extension PersistentDefaults {
         ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? NSNumber)?.intValue ?? 0
     }
 
-    /// The reader lock table as LMDB prints it (`mdb_reader_list`): pid, thread and txnid per slot.
+    /// The reader lock table as LMDB prints it (`mdb_reader_list`): pid, thread and txnid per
+    /// slot. ``readerTableEntries()`` gives the same slots as values.
     public func readerTable() -> String { core.environment.readerTable() }
+
+    /// The slots of the reader lock table in use, this process's included; empty for a store
+    /// opened without a lock file.
+    ///
+    /// ```swift
+    /// let others = store.readerTableEntries().filter { $0.processID != getpid() }
+    /// ```
+    public func readerTableEntries() -> [ReaderTableEntry] {
+        ReaderTableEntry.parse(core.environment.readerTable())
+    }
 
     /// Frees reader slots left by processes that died; returns how many (`mdb_reader_check`).
     public func clearStaleReaders() throws -> Int { try core.environment.clearStaleReaders() }
 
     /// Writes a consistent copy of the store into the directory `destination`, which must exist
-    /// and be empty; with `compact`, free pages are left out (`mdb_env_copy2` with `MDB_CP_COMPACT`).
+    /// and be empty; with `compact`, free pages are left out (`mdb_env_copyfd2` with `MDB_CP_COMPACT`).
+    /// The copy's `data.mdb` has mode 0600 from its creation, as the store's own files, whatever
+    /// the umask; when the copy fails, no `data.mdb` is left in `destination`.
+    ///
+    /// ```swift
+    /// try FileManager.default.createDirectory(atPath: backup, withIntermediateDirectories: true)
+    /// try store.copy(to: backup, compact: true)
+    /// ```
     public func copy(to destination: String, compact: Bool) throws {
         try core.environment.copy(to: destination, compact: compact)
     }
@@ -87,7 +105,7 @@ extension PersistentDefaults {
                     return true
                 }
                 do throws(StoredValueError) {
-                    _ = try StoredValue(bytes: value)
+                    _ = try StoredValue(encodedValue: value)
                 } catch {
                     problems.append("value of \"\(name)\": \(error)")
                 }
@@ -101,7 +119,7 @@ extension PersistentDefaults {
                     problems.append(error.description)
                 case .success(let declaration):
                     guard let bytes = current[Array(declaration.name.utf8)],
-                        let value = try? StoredValue(bytes: bytes),  // Reported above when it does not decode.
+                        let value = try? StoredValue(encodedValue: bytes),  // Reported above when it does not decode.
                         let mismatch = declaration.mismatch(of: value)
                     else { return }
                     problems.append("value of \"\(declaration.name)\": \(mismatch)")

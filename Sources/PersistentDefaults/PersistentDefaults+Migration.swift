@@ -73,7 +73,7 @@ extension StoreCore {
     func migrationVersion(in transaction: Transaction) throws -> Int {
         try Self.migrationVersionKey.withUnsafeBytes { key in
             try transaction.withValue(databases.meta, key) { bytes in
-                bytes.map { Int($0.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }) } ?? 0
+                bytes.map { Int(UInt32(bigEndianBytes: $0)) } ?? 0
             }
         }
     }

@@ -94,6 +94,7 @@ extension PersistentDefaults {
     private static func temporaryStandIn(options: Options) -> PersistentDefaults {
         var options = options
         options.readOnly = false
+        options.createIfMissing = true
         var failures: [String] = []
         for base in [FileManager.default.temporaryDirectory.path, "/dev/shm"] {
             let path = base + "/PersistentDefaults-standard-\(getpid())-\(UUID().uuidString)"

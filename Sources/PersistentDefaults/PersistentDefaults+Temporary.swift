@@ -29,7 +29,7 @@ extension PersistentDefaults {
     /// Throws ``PersistentDefaultsError/optionsConflict(path:reason:)`` for
     /// ``Options/readOnly`` (a new store starts empty, so it must be writable), and
     /// ``PersistentDefaultsError/fileSystem(path:errno:operation:)`` when no directory can be
-    /// made; nothing is left behind.
+    /// made; nothing is left behind. ``Options/createIfMissing`` is ignored: the store is new.
     public static func temporary(options: Options = Options()) throws -> PersistentDefaults {
         guard !options.readOnly else {
             throw PersistentDefaultsError.optionsConflict(
@@ -37,6 +37,8 @@ extension PersistentDefaults {
                 reason: "a temporary store starts empty, so it cannot be opened read-only")
         }
         let path = try TemporaryStores.makeDirectory()
+        var options = options
+        options.createIfMissing = true
         do {
             return try PersistentDefaults(path: path, options: options, temporary: true)
         } catch {

@@ -9,6 +9,19 @@
 ///     print("bad key \(name): \(reason)")
 /// }
 /// ```
+///
+/// An error that carries an LMDB or `errno` code (``code``) also matches that code as a pattern,
+/// whichever case holds it:
+///
+/// ```swift
+/// do {
+///     try store.set(frame, for: .frame)
+/// } catch LMDBResultCode.mapFull {
+///     // the disk or the address space is full
+/// } catch LMDBResultCode(rawValue: ENOSPC) {
+///     // no space left on the device
+/// }
+/// ```
 public enum PersistentDefaultsError: Error, Sendable, Equatable, CustomStringConvertible {
     /// An LMDB call failed; `code` is the raw LMDB or `errno` code.
     case lmdb(code: LMDBResultCode, operation: String)
@@ -45,6 +58,15 @@ public enum PersistentDefaultsError: Error, Sendable, Equatable, CustomStringCon
     /// of `localPrefix` different from etcd at `revision` — a change the watch did not deliver —
     /// and made it equal, changing `keys` in one commit.
     case mirrorRepaired(localPrefix: String, revision: Int64, keys: [String])
+    /// A ``Snapshot``, ``WriteTransaction`` or ``EtcdMirrorTransaction`` (`type`) was used after
+    /// the closure it was passed to (`read { }`, `write { }`) returned; nothing was read or written.
+    case usedAfterClosure(type: String)
+    /// The store at `path` is closed: its last handle was released, or, with a `reason`, it was
+    /// closed because a change of its memory map failed and left it unusable in this process.
+    case storeClosed(path: String, reason: String?)
+    /// An error from outside the library (thrown by user code or a system framework) that was
+    /// reported through ``PersistentDefaults/Options/errorHandler``; `description` is its text.
+    case unknown(description: String)
 
     /// The LMDB code, when the error came from LMDB or the file system.
     public var code: LMDBResultCode? {
@@ -91,6 +113,38 @@ public enum PersistentDefaultsError: Error, Sendable, Equatable, CustomStringCon
         case .mirrorRepaired(let localPrefix, let revision, let keys):
             "the mirror of \"\(localPrefix)\" differed from etcd at revision \(revision) and was repaired: "
                 + keys.prefix(10).joined(separator: ", ") + (keys.count > 10 ? " … (\(keys.count) keys)" : "")
+        case .usedAfterClosure(let type):
+            "a \(type) was used after the closure it was passed to returned; nothing was read or written"
+        case .storeClosed(let path, let reason):
+            if let reason {
+                "store \(path) is unusable in this process since a failed map change: \(reason)"
+            } else {
+                "store \(path) is closed"
+            }
+        case .unknown(let description):
+            description
         }
+    }
+}
+
+extension LMDBResultCode {
+    /// Whether `error` is a ``PersistentDefaultsError`` whose ``PersistentDefaultsError/code`` is
+    /// `pattern`, so that a result code can be caught or switched on:
+    ///
+    /// ```swift
+    /// do {
+    ///     try store.set(frame, for: .frame)
+    /// } catch LMDBResultCode.mapFull {
+    ///     // …
+    /// }
+    /// ```
+    public static func ~= (pattern: LMDBResultCode, error: any Error) -> Bool {
+        (error as? PersistentDefaultsError)?.code == pattern
+    }
+
+    /// Whether `error`'s ``PersistentDefaultsError/code`` is `pattern`, for `catch` clauses of
+    /// functions that throw only ``PersistentDefaultsError`` (typed throws).
+    public static func ~= (pattern: LMDBResultCode, error: PersistentDefaultsError) -> Bool {
+        error.code == pattern
     }
 }

@@ -1,6 +1,6 @@
 import Synchronization
 
-/// A key declared as a type: the default and the hooks are static.
+/// A key declared as a type: its name, default, hooks and conversion are static members.
 ///
 /// ```swift
 /// struct FirstLaunchKey: PersistentDefaultsKey { static let defaultValue = false }

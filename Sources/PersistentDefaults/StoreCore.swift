@@ -49,7 +49,7 @@ final class StoreCore: Sendable {
         self.options = options
         reporter = ErrorReporter(handler: options.errorHandler)
         maxValueSize = max(options.maxValueSize, 1)
-        let files = try StoreFiles.prepare(path: path, readOnly: options.readOnly)
+        let files = try StoreFiles.prepare(path: path, creating: options.creates)
         let noSync: Bool =
             if case .bounded = options.durability { true } else { false }
         environment = try Environment(
@@ -58,7 +58,8 @@ final class StoreCore: Sendable {
                 mapSize: max(options.initialMapSize, 64 << 10), maxReaders: options.maxReaders))
         if files.createdData { try StoreFiles.restrictModes(in: path) }
         do {
-            databases = try Self.openDatabases(environment, path: path, readOnly: options.readOnly)
+            databases = try Self.openDatabases(
+                environment, path: path, readOnly: options.readOnly, creating: options.creates)
             // With MDB_NOSYNC LMDB syncs nothing by itself, so a store created by this open would
             // stay unsynced until the flusher's first interval, and a power cut in that window
             // leaves an empty or half-built file (`tools/power-cut`: 476 of 802 damaged
@@ -84,10 +85,14 @@ final class StoreCore: Sendable {
         if isTemporary { TemporaryStores.remove(path) }
     }
 
-    private static func openDatabases(_ environment: Environment, path: String, readOnly: Bool) throws -> Databases {
+    private static func openDatabases(_ environment: Environment, path: String, readOnly: Bool, creating: Bool) throws
+        -> Databases
+    {
         try environment.withSetup(write: !readOnly) { transaction in
             guard let meta = try transaction.openDatabase(Databases.metaName, create: false) else {
-                guard !readOnly, try transaction.isEmptyEnvironment() else {
+                // Without `creating`, an environment that another process emptied or replaced
+                // between the file checks and the open is refused here, not initialised.
+                guard creating, try transaction.isEmptyEnvironment() else {
                     throw PersistentDefaultsError.notAStore(
                         path: path, reason: "the LMDB environment has no \"\(Databases.metaName)\" database")
                 }
@@ -96,7 +101,7 @@ final class StoreCore: Sendable {
             let version: UInt32? = try Databases.formatVersionKey.withUnsafeBytes { key in
                 try transaction.withValue(meta, key) { bytes in
                     guard let bytes, bytes.count == 4 else { return nil }
-                    return bytes.reduce(0) { $0 << 8 | UInt32($1) }
+                    return UInt32(bigEndianBytes: bytes)
                 }
             }
             guard let version else {
@@ -292,7 +297,7 @@ final class ErrorReporter: Sendable {
     init(handler: @escaping @Sendable (PersistentDefaultsError) -> Void) { self.handler = handler }
 
     func report(_ error: any Error) {
-        handler(error as? PersistentDefaultsError ?? .lmdb(code: .invalid, operation: "\(error)"))
+        handler(error as? PersistentDefaultsError ?? .unknown(description: "\(error)"))
     }
 
     func reportOnce(_ error: any Error) {
@@ -436,7 +441,7 @@ extension StoreCore {
             try transaction.withValue(databases.values, nameBytes) { (bytes) -> StoredValue? in
                 guard let bytes else { return nil }
                 do throws(StoredValueError) {
-                    return try StoredValue(bytes: bytes)
+                    return try StoredValue(encodedValue: bytes)
                 } catch {
                     throw PersistentDefaultsError.decodingFailed(
                         key: name, type: "StoredValue", reason: error.description)

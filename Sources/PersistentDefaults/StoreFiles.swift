@@ -16,13 +16,14 @@ enum StoreFiles {
         var createdData: Bool
     }
 
-    /// Checks the store directory, creating it (mode 0700) unless opening read-only.
-    static func prepare(path: String, readOnly: Bool) throws(PersistentDefaultsError) -> Prepared {
+    /// Checks the store directory, creating it (mode 0700) when `creating`; without `creating`,
+    /// a missing directory or data file is ``PersistentDefaultsError/notAStore(path:reason:)``.
+    static func prepare(path: String, creating: Bool) throws(PersistentDefaultsError) -> Prepared {
         var info = stat()
         if stat(path, &info) != 0 {
             let error = errno
             guard error == ENOENT else { throw .fileSystem(path: path, errno: error, operation: "stat") }
-            guard !readOnly else { throw .notAStore(path: path, reason: "no such directory") }
+            guard creating else { throw .notAStore(path: path, reason: "no such directory") }
             try createDirectory(path)
         } else if info.st_mode & S_IFMT != S_IFDIR {
             throw .notAStore(path: path, reason: "not a directory")
@@ -31,7 +32,7 @@ enum StoreFiles {
         if stat(data, &info) != 0 {
             let error = errno
             guard error == ENOENT else { throw .fileSystem(path: data, errno: error, operation: "stat") }
-            guard !readOnly else { throw .notAStore(path: path, reason: "the directory has no \(dataFile)") }
+            guard creating else { throw .notAStore(path: path, reason: "the directory has no \(dataFile)") }
             return Prepared(createdData: true)
         }
         guard info.st_mode & S_IFMT == S_IFREG else {
@@ -76,6 +77,32 @@ enum StoreFiles {
             guard chmod(full, 0o600) == 0 || errno == ENOENT else {
                 throw .fileSystem(path: full, errno: errno, operation: "chmod")
             }
+        }
+    }
+
+    /// Creates the file `path` with mode 0600 whatever the umask, failing when it exists (as
+    /// `mdb_env_copy2` does), and passes its descriptor to `write`. The file is removed again when
+    /// `write` throws, and closed on every path.
+    static func writeNewPrivateFile(_ path: String, _ write: (Int32) throws -> Void) throws {
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else {
+            throw PersistentDefaultsError.fileSystem(path: path, errno: errno, operation: "open")
+        }
+        do {
+            // The umask may have taken the owner's bits away from the mode given to open.
+            guard fchmod(descriptor, 0o600) == 0 else {
+                throw PersistentDefaultsError.fileSystem(path: path, errno: errno, operation: "fchmod")
+            }
+            try write(descriptor)
+        } catch {
+            close(descriptor)
+            unlink(path)
+            throw error
+        }
+        guard close(descriptor) == 0 else {
+            let error = errno
+            unlink(path)
+            throw PersistentDefaultsError.fileSystem(path: path, errno: error, operation: "close")
         }
     }
 

@@ -21,7 +21,7 @@ enum StoreRegistry {
         -> StoreCore
     {
         try stores.withLock { stores in
-            let key = try StoreFiles.canonicalPath(path, creating: !options.readOnly)
+            let key = try StoreFiles.canonicalPath(path, creating: options.creates)
             if var entry = stores[key] {
                 let open = entry.core.options
                 if open.durability != options.durability {

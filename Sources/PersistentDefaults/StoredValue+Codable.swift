@@ -113,8 +113,7 @@ extension StoredValue: Codable {
 
 /// Any JSON value, kept exactly enough to write it back: integers stay integers. For the typed
 /// JSON form of ``StoredValue`` and for `pdinspect`.
-@_spi(Inspect)
-public indirect enum JSONValue: Codable, Sendable, Equatable {
+package indirect enum JSONValue: Codable, Sendable, Equatable {
     case null
     case bool(Bool)
     case int(Int64)
@@ -124,7 +123,7 @@ public indirect enum JSONValue: Codable, Sendable, Equatable {
     case array([JSONValue])
     case object([String: JSONValue])
 
-    public init(from decoder: any Decoder) throws {
+    package init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
         if container.decodeNil() {
             self = .null
@@ -145,7 +144,7 @@ public indirect enum JSONValue: Codable, Sendable, Equatable {
         }
     }
 
-    public func encode(to encoder: any Encoder) throws {
+    package func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         switch self {
         case .null: try container.encodeNil()
@@ -160,12 +159,12 @@ public indirect enum JSONValue: Codable, Sendable, Equatable {
     }
 
     /// Parses a JSON text; nil when it is not JSON.
-    public static func parse(_ text: String) -> JSONValue? {
+    package static func parse(_ text: String) -> JSONValue? {
         try? JSONCoding.typedDecoder.decode(JSONValue.self, from: Data(text.utf8))
     }
 
     /// The value as compact JSON text with sorted keys, as the library stores JSON values.
-    public var text: String {
+    package var text: String {
         // Encoding a JSONValue cannot fail: non-finite doubles are written as strings.
         (try? String(decoding: JSONCoding.typedEncoder.encode(self), as: UTF8.self)) ?? "null"
     }
@@ -176,8 +175,7 @@ extension StoredValue {
 
     /// A new encoder of the typed JSON form: one line, sorted keys, non-finite doubles as the
     /// strings `inf`, `-inf` and `nan`. `pdinspect` writes all its JSON with it.
-    @_spi(Inspect)
-    public static func typedJSONEncoder() -> JSONEncoder {
+    package static func typedJSONEncoder() -> JSONEncoder {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         encoder.nonConformingFloatEncodingStrategy = .convertToString(
@@ -187,8 +185,7 @@ extension StoredValue {
     }
 
     /// A new decoder of the typed JSON form (see ``typedJSONEncoder()``).
-    @_spi(Inspect)
-    public static func typedJSONDecoder() -> JSONDecoder {
+    package static func typedJSONDecoder() -> JSONDecoder {
         let decoder = JSONDecoder()
         decoder.nonConformingFloatDecodingStrategy = .convertFromString(
             positiveInfinity: nonFinite.positiveInfinity, negativeInfinity: nonFinite.negativeInfinity,

@@ -101,14 +101,18 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
     /// lowest bits, so it is only read, as a ``date(_:)``.
     static let legacyDateTag: UInt8 = 0x07
 
-    /// Decodes the on-disk bytes (tag and payload).
-    public init(bytes: UnsafeRawBufferPointer) throws(StoredValueError) {
+    /// Decodes an encoded value: the on-disk bytes, type tag then payload.
+    ///
+    /// ```swift
+    /// let value = try StoredValue(encodedValue: [0x02, 0, 0, 0, 0, 0, 0, 0x01, 0x2C])  // .int(300)
+    /// ```
+    public init(encodedValue bytes: UnsafeRawBufferPointer) throws(StoredValueError) {
         guard let first = bytes.first else { throw StoredValueError("empty value") }
         if first == Self.legacyDateTag {
             guard bytes.count == 9 else {
                 throw StoredValueError("date payload has \(bytes.count - 1) bytes, expected 8")
             }
-            let bits = bytes[1...].reduce(0) { $0 << 8 | UInt64($1) }
+            let bits = UInt64(bigEndianBytes: bytes[1...])
             self = .date(Date(timeIntervalSince1970: Double(bitPattern: bits)))
             return
         }
@@ -120,7 +124,7 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
             guard payload.count == count else {
                 throw StoredValueError("\(tag) payload has \(payload.count) bytes, expected \(count)")
             }
-            return payload.reduce(0) { $0 << 8 | UInt64($1) }
+            return UInt64(bigEndianBytes: payload)
         }
         func text() throws(StoredValueError) -> String {
             guard let string = String(validating: payload, as: UTF8.self) else {
@@ -155,16 +159,33 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
-    /// Decodes the on-disk bytes (tag and payload).
-    public init(bytes: [UInt8]) throws(StoredValueError) {
+    /// Decodes an encoded value: the on-disk bytes, type tag then payload.
+    public init(encodedValue bytes: [UInt8]) throws(StoredValueError) {
         let decoded = bytes.withUnsafeBytes { buffer in
-            Result { () throws(StoredValueError) in try StoredValue(bytes: buffer) }
+            Result { () throws(StoredValueError) in try StoredValue(encodedValue: buffer) }
         }
         self = try decoded.get()
     }
 
+    /// Decodes the on-disk bytes (tag and payload).
+    @available(*, deprecated, renamed: "init(encodedValue:)")
+    public init(bytes: UnsafeRawBufferPointer) throws(StoredValueError) { try self.init(encodedValue: bytes) }
+
+    /// Decodes the on-disk bytes (tag and payload).
+    @available(*, deprecated, renamed: "init(encodedValue:)")
+    public init(bytes: [UInt8]) throws(StoredValueError) { try self.init(encodedValue: bytes) }
+
     /// The on-disk bytes: tag then payload.
-    public var bytes: [UInt8] {
+    @available(*, deprecated, renamed: "encodedValue")
+    public var bytes: [UInt8] { encodedValue }
+
+    /// The encoded value: the on-disk bytes, type tag then payload, as ``StoredEntry/encodedValue``
+    /// and ``CommitRecord/Change/encodedValue`` hold them.
+    ///
+    /// ```swift
+    /// StoredValue.int(300).encodedValue   // [0x02, 0, 0, 0, 0, 0, 0, 0x01, 0x2C]
+    /// ```
+    public var encodedValue: [UInt8] {
         var out: [UInt8] = [tag.rawValue]
         func append(_ value: UInt64) {
             out.reserveCapacity(9)

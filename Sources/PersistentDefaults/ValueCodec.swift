@@ -74,7 +74,7 @@ extension ValueCodec where Value: Codable {
                     json = Data(bytes[1...])
                 } else {
                     // A primitive written by another tool decodes as its JSON equivalent.
-                    json = Data(try StoredValue(bytes: bytes).jsonText.utf8)
+                    json = Data(try StoredValue(encodedValue: bytes).jsonText.utf8)
                 }
                 do {
                     return try JSONCoding.decoder.decode(Value.self, from: json)
@@ -146,7 +146,7 @@ extension ValueCodec where Value: PrimitiveStorable {
     /// The codec of a type with its own tag.
     static func primitive() -> ValueCodec<Value> {
         ValueCodec(
-            encode: { (value) throws(StoredValueError) in try value.storedValue().bytes },
+            encode: { (value) throws(StoredValueError) in try value.storedValue().encodedValue },
             decode: { (bytes) throws(StoredValueError) in try Value.decode(bytes) },
             storedTag: Value.storedTag)
     }
@@ -194,7 +194,7 @@ extension PrimitiveStorable {
     @inline(__always)
     static func decode(_ bytes: UnsafeRawBufferPointer) throws(StoredValueError) -> Self {
         if let direct = decodeDirectly(bytes) { return direct }
-        return try Self(stored: try StoredValue(bytes: bytes))
+        return try Self(stored: try StoredValue(encodedValue: bytes))
     }
 
     /// The value when `bytes` are this type's own tag and payload and the value fits; nil sends

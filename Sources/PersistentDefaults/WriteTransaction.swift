@@ -40,8 +40,7 @@ public final class WriteTransaction {
 
     func live() throws -> Transaction {
         guard isValid else {
-            throw PersistentDefaultsError.lmdb(
-                code: .badTransaction, operation: "use a WriteTransaction after its closure returned")
+            throw PersistentDefaultsError.usedAfterClosure(type: "WriteTransaction")
         }
         return transaction
     }
@@ -174,7 +173,7 @@ public final class WriteTransaction {
     public func setStoredValue(_ value: StoredValue, named name: String) throws {
         let key = PersistentDefaults.Keys(name: name)
         try key.validate()
-        try replace(key, with: value.bytes, in: try live())
+        try replace(key, with: value.encodedValue, in: try live())
     }
 
     /// The stored value of a key with a hook, decoded; nil when absent or undecodable.
@@ -243,8 +242,7 @@ public final class Snapshot {
 
     func live() throws -> Transaction {
         guard isValid else {
-            throw PersistentDefaultsError.lmdb(
-                code: .badTransaction, operation: "use a Snapshot after its closure returned")
+            throw PersistentDefaultsError.usedAfterClosure(type: "Snapshot")
         }
         return transaction
     }

@@ -240,7 +240,7 @@ import Testing
                 for change in record.changes { replayed[change.key] = change.encodedValue }
             }
             for name in try store.keyNames() {
-                #expect(try replayed[name].map { try StoredValue(bytes: $0) } == store.storedValue(named: name))
+                #expect(try replayed[name].map { try StoredValue(encodedValue: $0) } == store.storedValue(named: name))
             }
         }
     }

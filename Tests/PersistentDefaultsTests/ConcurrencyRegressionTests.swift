@@ -271,9 +271,13 @@ import Testing
                 try store.read { keptSnapshot = $0 }
                 try store.write { keptTransaction = $0 }
             }
-            #expect(throws: PersistentDefaultsError.self) { try keptSnapshot?.value(for: .launchCount) }
+            #expect(throws: PersistentDefaultsError.usedAfterClosure(type: "Snapshot")) {
+                try keptSnapshot?.value(for: .launchCount)
+            }
             #expect(keptSnapshot?[.launchCount] == 0)
-            #expect(throws: PersistentDefaultsError.self) { try keptTransaction?.set(1, for: .launchCount) }
+            #expect(throws: PersistentDefaultsError.usedAfterClosure(type: "WriteTransaction")) {
+                try keptTransaction?.set(1, for: .launchCount)
+            }
         }
     }
 

@@ -19,7 +19,7 @@ extension PersistentDefaults.Keys {
     static let recent = Key<[String]>("recent", default: [])
 }
 
-// Keys declared as types: a static default, optional hooks and a stored-type conversion.
+// Key types: default, name, hooks and conversion as static members.
 struct FirstLaunchKey: PersistentDefaultsKey { static let defaultValue = false }
 extension PersistentDefaultsKey where Self == FirstLaunchKey { static var firstLaunch: Self { Self() } }
 

@@ -3,7 +3,7 @@ import PDTestSupport
 import PersistentDefaults
 import Testing
 
-// Declaring keys, as a user writes it in their own module (keys
+// Key declarations as a user writes them in their own module (keys
 // `launchCount`, `theme` and `frame` are declared in ContractTests.swift).
 extension PersistentDefaults.Keys {
     static let maxConnections = Key<Int>("maxConnections", default: 64)
@@ -107,7 +107,9 @@ extension PersistentDefaults.Keys {
             #expect(try store.declaration(named: "maxConnections")?.summary == nil, "an empty summary removes it")
             let changedDefault = PersistentDefaults.Key<String>("maxConnections", default: "128")
             try store.declare(changedDefault)
-            #expect(try store.declaration(named: "maxConnections")?.encodedDefault == StoredValue.string("128").bytes)
+            #expect(
+                try store.declaration(named: "maxConnections")?.encodedDefault == StoredValue.string("128").encodedValue
+            )
             #expect(try store.lastSequence() == 4)
             #expect(try store.declarations().count == 1)
         }

@@ -363,12 +363,17 @@ struct MirrorTests {
             await #expect(throws: EtcdMirrorError.keyOutsidePrefix(key: "local.unrelated", localPrefix: "fleet.")) {
                 try await mirror.set(1, for: .unrelated)
             }
+            var kept: EtcdMirrorTransaction?
             try await mirror.write { tx in
                 tx[.mirroredMax] = 300
                 tx[.banner] = "maintenance at 22:00"
+                kept = tx
             }
             #expect(store[.mirroredMax] == 300)
             #expect(store[.banner] == "maintenance at 22:00")
+            #expect(throws: PersistentDefaultsError.usedAfterClosure(type: "EtcdMirrorTransaction")) {
+                try kept?.value(for: .mirroredMax)
+            }
             try await mirror.stop()
         }
     }

@@ -37,10 +37,8 @@ private func onJoinedThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> 
     for thread in threads { pthread_join(thread, nil) }
 }
 
-/// Reader-table lines of live slots (`mdb_reader_list` prints a header, then one line per slot).
-private func liveReaderSlots(_ store: PersistentDefaults) -> Int {
-    store.readerTable().split(separator: "\n").filter { !$0.contains("pid") }.count
-}
+/// Slots of the reader table in use.
+private func liveReaderSlots(_ store: PersistentDefaults) -> Int { store.readerTableEntries().count }
 
 @Suite("Reads: per-thread read transactions")
 struct ReaderSlotTests {

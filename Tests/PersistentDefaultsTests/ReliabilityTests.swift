@@ -365,9 +365,11 @@ struct FaultReliabilityTests {
             // Every slot is now taken: one live reader and four dead ones.
             let store = try PersistentDefaults(path: path, options: options)
             #expect(try store.read { $0[.launchCount] } == 3)
-            let table = store.readerTable()
-            #expect(table.contains(" \(keeper.process.processIdentifier) "), "\(table)")
-            for victim in victims { #expect(!table.contains(" \(victim.process.processIdentifier) "), "\(table)") }
+            let readers = Set(store.readerTableEntries().map(\.processID))
+            #expect(readers.contains(keeper.process.processIdentifier), "\(store.readerTable())")
+            for victim in victims {
+                #expect(!readers.contains(victim.process.processIdentifier), "\(store.readerTable())")
+            }
             #expect(try store.clearStaleReaders() == 0)
         }
     }
@@ -388,11 +390,11 @@ struct BadInputReliabilityTests {
         let value: [UInt8] = [0x02, 0, 0, 0, 0, 0, 0, 0, 3]
         let bytes: [UInt8] =
             [1] + [0, 0, 0, 0, 0, 0, 0, 1] + [0, 0, 0, 42] + [0, 0, 0, 1] + [0, 1, 0x6B] + [1, 0, 0, 0, 9] + value
-        let record = try CommitRecord.decode(sequence: 5, encoded: bytes)
+        let record = try CommitRecord.decode(sequence: 5, encodedRecord: bytes)
         #expect(record.sequence == 5 && record.processID == 42)
         #expect(record.changes == [CommitRecord.Change(key: "k", encodedValue: value)])
         #expect(throws: PersistentDefaultsError.self) {
-            try CommitRecord.decode(sequence: 5, encoded: bytes.dropLast())
+            try CommitRecord.decode(sequence: 5, encodedRecord: bytes.dropLast())
         }
     }
 

@@ -142,9 +142,17 @@ private struct Abort: Error {}
             store[.launchCount] = 4
             let snapshot = try store.read { $0 }
             #expect(snapshot[.launchCount] == 0)
-            #expect(throws: PersistentDefaultsError.self) { try snapshot.value(for: .launchCount) }
+            #expect(throws: PersistentDefaultsError.usedAfterClosure(type: "Snapshot")) {
+                try snapshot.value(for: .launchCount)
+            }
+            #expect(throws: PersistentDefaultsError.usedAfterClosure(type: "Snapshot")) { try snapshot.keyNames() }
             let transaction = try store.write { $0 }
-            #expect(throws: PersistentDefaultsError.self) { try transaction.set(1, for: .launchCount) }
+            #expect(throws: PersistentDefaultsError.usedAfterClosure(type: "WriteTransaction")) {
+                try transaction.set(1, for: .launchCount)
+            }
+            #expect(throws: PersistentDefaultsError.usedAfterClosure(type: "WriteTransaction")) {
+                try transaction.value(for: .launchCount)
+            }
             #expect(store[.launchCount] == 4)
         }
     }

@@ -154,7 +154,9 @@ private func roundTrip<Value: Codable & Equatable & Sendable>(
         ]
         // Before the fix about half of these failed: seconds since 1970 cannot hold every
         // seconds-since-2001 double that a `Date` is.
-        let changedByBytes = try dates.filter { try StoredValue(bytes: StoredValue.date($0).bytes) != .date($0) }
+        let changedByBytes = try dates.filter {
+            try StoredValue(encodedValue: StoredValue.date($0).encodedValue) != .date($0)
+        }
         #expect(changedByBytes.isEmpty, "\(changedByBytes.count) of \(dates.count) dates change through their bytes")
         try withTemporaryStore { store, _, _ throws in
             let keys = dates.indices.map { PersistentDefaults.Key<Date>("date.\($0)", default: .distantPast) }
@@ -183,15 +185,15 @@ private func roundTrip<Value: Codable & Equatable & Sendable>(
         let date = Date(timeIntervalSinceReferenceDate: 816_000_000.123_456_7)
         let bits = date.timeIntervalSinceReferenceDate.bitPattern
         let payload = (0..<8).reversed().map { UInt8(truncatingIfNeeded: bits >> (8 * UInt64($0))) }
-        #expect(StoredValue.date(date).bytes == [0x0B] + payload)
+        #expect(StoredValue.date(date).encodedValue == [0x0B] + payload)
         #expect(StoredValue.Tag.date.rawValue == 0x0B)
         // Tag 0x07, seconds since 1970, as stores written before tag 0x0B hold it.
         let legacy = 1_700_000_000.25
         let legacyBits = legacy.bitPattern
         let legacyBytes = [0x07] + (0..<8).reversed().map { UInt8(truncatingIfNeeded: legacyBits >> (8 * UInt64($0))) }
-        #expect(try StoredValue(bytes: legacyBytes) == .date(Date(timeIntervalSince1970: legacy)))
-        #expect(throws: StoredValueError.self) { try StoredValue(bytes: [0x07, 1, 2]) }
-        #expect(throws: StoredValueError.self) { try StoredValue(bytes: [0x0B, 1, 2]) }
+        #expect(try StoredValue(encodedValue: legacyBytes) == .date(Date(timeIntervalSince1970: legacy)))
+        #expect(throws: StoredValueError.self) { try StoredValue(encodedValue: [0x07, 1, 2]) }
+        #expect(throws: StoredValueError.self) { try StoredValue(encodedValue: [0x0B, 1, 2]) }
         try withTemporaryDirectory { path throws in
             do {
                 let store = try PersistentDefaults(path: path)
@@ -218,10 +220,10 @@ private func roundTrip<Value: Codable & Equatable & Sendable>(
             .date(Date(timeIntervalSince1970: 0)), .url(try #require(URL(string: "file:///tmp"))), .uuid(UUID()),
             .json("{}"),
         ]
-        for value in values { #expect(try StoredValue(bytes: value.bytes) == value) }
+        for value in values { #expect(try StoredValue(encodedValue: value.encodedValue) == value) }
         let malformed: [[UInt8]] = [[], [0xFF], [0x01, 2], [0x02, 1, 2], [0x05, 0xC3], [0x00, 0], [0x09, 1]]
         for bytes in malformed {
-            #expect(throws: StoredValueError.self) { try StoredValue(bytes: bytes) }
+            #expect(throws: StoredValueError.self) { try StoredValue(encodedValue: bytes) }
         }
         #expect(StoredValue.string("a\"b\n").jsonText == #""a\"b\n""#)
     }

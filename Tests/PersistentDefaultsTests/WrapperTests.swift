@@ -4,7 +4,7 @@ import PDTestSupport
 import PersistentDefaults
 import Testing
 
-// The wrapper as an app writes it: `store` is a store the app made, `.theme` uses `.standard`.
+// Wrappers as an app writes them: `store` is a store the app made, `.theme` uses `.standard`.
 let store: PersistentDefaults = {
     let base = temporaryPath("pd-wrapper")
     try? PersistentDefaults.configureStandard(path: base + "/standard")
@@ -169,7 +169,7 @@ private final class ExampleUserDefault {
         @PersistentDefault(TutorialSeenKey(), in: store) var tutorials
     }
 
-    @Test func keyTypesConversionsAndHooksWorkThroughTheWrapper() throws {
+    @Test func keyTypesWithHooksAndConversionsWorkThroughTheWrapper() throws {
         let flags = Flags()
         flags.firstLaunch = true
         #expect(try store.contains(.firstLaunch))

@@ -8,7 +8,7 @@ public func temporaryPath(_ prefix: String) -> String {
 
 /// Runs `body` with a fresh temporary path (see `temporaryPath`) and removes whatever is there
 /// when `body` ends, also when it throws.
-public func withTemporaryDirectory<R>(_ prefix: String = "pd-test", _ body: (String) throws -> R) rethrows -> R {
+public func withTemporaryDirectory<R>(_ prefix: String = "pd-test", _ body: (String) throws -> R) throws -> R {
     let path = temporaryPath(prefix)
     defer { try? FileManager.default.removeItem(atPath: path) }
     return try body(path)
@@ -17,7 +17,7 @@ public func withTemporaryDirectory<R>(_ prefix: String = "pd-test", _ body: (Str
 /// `withTemporaryDirectory` for async bodies.
 public func withTemporaryDirectoryAsync<R>(
     _ prefix: String = "pd-test", _ body: (String) async throws -> R
-) async rethrows -> R {
+) async throws -> R {
     let path = temporaryPath(prefix)
     defer { try? FileManager.default.removeItem(atPath: path) }
     return try await body(path)

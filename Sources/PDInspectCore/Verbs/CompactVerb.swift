@@ -30,10 +30,8 @@ struct CompactVerb: VerbCommand {
         let before = try store.statistics().dataFileSize
         let size = TextTable.bytes(before, exact: false)
         runner.console.printError("compacting \(store.path) (\(size)) into \(destination) …\n")
-        try store.copy(to: destination, compact: true)
+        try store.copy(to: destination, compact: true)  // The copy has mode 0600 from its creation.
         let copied = destination + "/data.mdb"
-        // mdb_env_copy2 creates the file with LMDB's default mode; settings may be private.
-        chmod(copied, 0o600)
         try PersistentDefaults.checkStore(at: destination)
         let after = Self.fileSize(copied)
         if format == .json {

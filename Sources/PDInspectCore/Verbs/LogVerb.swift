@@ -1,4 +1,4 @@
-@_spi(Inspect) import PersistentDefaults
+import PersistentDefaults
 
 /// `pdinspect log DB`: the commit log, and with `--follow` each new commit.
 struct LogVerb: VerbCommand {

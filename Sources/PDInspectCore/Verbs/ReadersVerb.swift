@@ -1,4 +1,4 @@
-@_spi(Inspect) import PersistentDefaults
+import PersistentDefaults
 
 #if canImport(Glibc)
     import Glibc
@@ -26,12 +26,10 @@ struct ReadersVerb: VerbCommand {
         let store = try runner.open(database)
         let cleared = clearStale ? try store.clearStaleReaders() : nil
         let own = getpid()
-        // mdb_reader_list prints "pid thread txnid" lines after a header; txnid is "-" for an
-        // idle slot. This process's own slots are left out.
-        let readers = store.readerTable().split(separator: "\n").compactMap { line -> ReadersReport.Reader? in
-            let fields = line.split(separator: " ")
-            guard fields.count == 3, let pid = Int32(fields[0]), pid != own else { return nil }
-            return .init(processID: pid, thread: String(fields[1]), transactionID: Int(fields[2]))
+        // This process's own slots are left out.
+        let readers = store.readerTableEntries().filter { $0.processID != own }.map { entry in
+            ReadersReport.Reader(
+                processID: entry.processID, thread: String(entry.thread, radix: 16), transactionID: entry.transactionID)
         }
         let maxReaders = try store.statistics().maxReaders
         if format == .json {

@@ -1,4 +1,4 @@
-@_spi(Inspect) import PersistentDefaults
+import PersistentDefaults
 
 /// `pdinspect stat DB`: the store's format and LMDB statistics.
 struct StatVerb: VerbCommand {

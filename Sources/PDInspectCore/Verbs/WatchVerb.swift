@@ -1,4 +1,4 @@
-@_spi(Inspect) import PersistentDefaults
+import PersistentDefaults
 
 /// `pdinspect watch DB [KEY...]`: each committed change until stopped.
 struct WatchVerb: VerbCommand {

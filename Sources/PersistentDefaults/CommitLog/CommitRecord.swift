@@ -33,7 +33,7 @@ public struct CommitRecord: Sendable, Equatable {
         /// The new value, or nil when the key was removed.
         public func storedValue() throws(StoredValueError) -> StoredValue? {
             guard let encodedValue else { return nil }
-            return try StoredValue(bytes: encodedValue)
+            return try StoredValue(encodedValue: encodedValue)
         }
 
         /// Whether both changes have the same key name, compared by its UTF-8 bytes (a key name
@@ -149,9 +149,8 @@ struct ByteReader {
         return UnsafeRawBufferPointer(rebasing: buffer[offset..<offset + count])
     }
 
-    mutating func read<T: FixedWidthInteger>(_: T.Type) throws(StoredValueError) -> T {
-        let raw = try bytes(MemoryLayout<T>.size)
-        return raw.reduce(T.zero) { $0 << 8 | T($1) }
+    mutating func read<T: FixedWidthInteger & UnsignedInteger>(_: T.Type) throws(StoredValueError) -> T {
+        T(bigEndianBytes: try bytes(MemoryLayout<T>.size))
     }
 }
 
@@ -178,7 +177,7 @@ func logSequence(fromKey key: UnsafeRawBufferPointer) throws(PersistentDefaultsE
         throw .corruptLogRecord(
             sequence: 0, reason: "a log key is \(key.count) bytes (\(hex)\(key.count > 16 ? " …" : "")), not 8")
     }
-    let sequence = key.reduce(0) { $0 << 8 | UInt64($1) }
+    let sequence = UInt64(bigEndianBytes: key)
     guard validSequences.contains(sequence) else {
         throw .corruptLogRecord(
             sequence: sequence,

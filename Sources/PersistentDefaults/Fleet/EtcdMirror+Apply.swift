@@ -166,7 +166,7 @@ extension EtcdMirror {
     /// The stored bytes of an etcd value in the typed JSON form.
     private func parse(_ value: Data, name: String, etcdKey: Data, revision: Int64) throws -> [UInt8] {
         do {
-            return try StoredValue(typedJSON: value).bytes
+            return try StoredValue(typedJSON: value).encodedValue
         } catch {
             throw PersistentDefaultsError.decodingFailed(
                 key: name,

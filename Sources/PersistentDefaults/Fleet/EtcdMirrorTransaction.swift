@@ -35,8 +35,7 @@ public final class EtcdMirrorTransaction {
 
     private func live() throws -> Snapshot {
         guard let snapshot else {
-            throw PersistentDefaultsError.lmdb(
-                code: .badTransaction, operation: "use an EtcdMirrorTransaction after its closure returned")
+            throw PersistentDefaultsError.usedAfterClosure(type: "EtcdMirrorTransaction")
         }
         return snapshot
     }
@@ -53,18 +52,19 @@ public final class EtcdMirrorTransaction {
     /// The key's value as the transaction sees it: its own write, else the local copy.
     /// Throws when the stored value does not decode.
     public func value<Value>(for key: PersistentDefaults.Key<Value>) throws -> Value {
+        // First, so that a kept transaction throws also for a key it wrote.
+        let snapshot = try live()
         let etcdKey = try etcdKey(of: key)
         if let written = writes[etcdKey] {
             guard case .put(_, let typed) = written else { return key.defaultValue }
             let stored = try StoredValue(typedJSON: typed)
             do throws(StoredValueError) {
-                return try key.codec.decode(stored.bytes)
+                return try key.codec.decode(stored.encodedValue)
             } catch {
                 throw PersistentDefaultsError.decodingFailed(
                     key: key.name, type: "\(Value.self)", reason: error.description)
             }
         }
-        let snapshot = try live()
         let transaction = try snapshot.live()
         if reads[etcdKey] == nil {
             reads[etcdKey] = try mirror.store.core.encodedValue(named: key.nameBytes, in: transaction) != nil
@@ -82,7 +82,7 @@ public final class EtcdMirrorTransaction {
             if key.shouldRemove?(value) == true || (key.removesNil && encoded == [StoredValue.Tag.null.rawValue]) {
                 record(.delete(key: etcdKey), for: etcdKey)
             } else {
-                let typed = Data(try StoredValue(bytes: encoded).typedJSON.utf8)
+                let typed = Data(try StoredValue(encodedValue: encoded).typedJSON.utf8)
                 record(.put(key: etcdKey, value: typed), for: etcdKey)
             }
         }

@@ -45,9 +45,10 @@ enum DataFileHeader {
     /// What is wrong with a data file that starts with `header` and has `fileSize` bytes; nil
     /// when both meta pages are valid and the file holds every page the newest one names.
     static func problem(header: [UInt8], fileSize: Int) -> String? {
-        func integer<T: FixedWidthInteger>(_: T.Type, at offset: Int) -> T? {
+        func integer<T: FixedWidthInteger & UnsignedInteger>(_: T.Type, at offset: Int) -> T? {
             guard offset + MemoryLayout<T>.size <= header.count else { return nil }
-            return header[offset..<offset + MemoryLayout<T>.size].reversed().reduce(T.zero) { $0 << 8 | T($1) }
+            // LMDB writes its meta page in the machine's order: little-endian here.
+            return T(bigEndianBytes: header[offset..<offset + MemoryLayout<T>.size].reversed())
         }
         guard header.count >= metaLength else { return "data.mdb is truncated (\(fileSize) bytes)" }
         guard integer(UInt32.self, at: magicOffset) == magic else { return "data.mdb is not an LMDB file" }

@@ -526,13 +526,7 @@ final class Environment: @unchecked Sendable {
     private func checkOpen() throws {
         // A broken environment is also closed: one load on the read path.
         guard isClosed else { return }
-        if let brokenReason {
-            throw PersistentDefaultsError.lmdb(
-                code: LMDBResultCode(rawValue: EINVAL),
-                operation: "use \(configuration.path), unusable since a failed map change: \(brokenReason)")
-        }
-        throw PersistentDefaultsError.lmdb(
-            code: LMDBResultCode(rawValue: EINVAL), operation: "use \(configuration.path) after it was closed")
+        throw PersistentDefaultsError.storeClosed(path: configuration.path, reason: brokenReason)
     }
 
     /// Environment facts (`mdb_env_info`); zeros once the environment is closed.
@@ -590,12 +584,19 @@ final class Environment: @unchecked Sendable {
         return lines.text
     }
 
-    /// Writes a copy of the environment to the directory `path`, compacted when asked.
+    /// Writes a copy of the environment to the directory `path`, compacted when asked, into a
+    /// new `data.mdb` of mode 0600.
     func copy(to path: String, compact: Bool) throws {
         try gate.withShared {
-            try check(
-                mdb_env_copy2(handle, path, compact ? UInt32(MDB_CP_COMPACT) : 0),
-                "mdb_env_copy2(\(path))")
+            try checkOpen()
+            // mdb_env_copyfd2 into a file made here instead of mdb_env_copy2, which creates it
+            // with mode 0666 less the umask: settings may be private from the first byte.
+            let file = path + "/" + StoreFiles.dataFile
+            try StoreFiles.writeNewPrivateFile(file) { descriptor in
+                try check(
+                    mdb_env_copyfd2(handle, descriptor, compact ? UInt32(MDB_CP_COMPACT) : 0),
+                    "mdb_env_copyfd2(\(file))")
+            }
         }
     }
 }

@@ -35,13 +35,13 @@ public struct PersistentDefault<Value: Sendable>: Sendable {
         tracker = store.core.tracker(for: key)
     }
 
-    /// A property for a key declared as a type, with its hooks and conversion.
+    /// A property for a key type (``PersistentDefaultsKey``), with its hooks and conversion.
     public init<K: PersistentDefaultsKey>(_ key: K, in store: PersistentDefaults = .standard)
     where K.Value == Value, K.Conversion.Stored: Codable {
         self.init(K.key, in: store)
     }
 
-    /// A property for a key named `name` whose default is the initial value (seed-000 style):
+    /// A property for a key named `name` whose default is the initial value:
     /// `@PersistentDefault("someKey", in: store) var someValue = 0`.
     public init(wrappedValue: Value, _ name: String, in store: PersistentDefaults = .standard) where Value: Codable {
         self.init(PersistentDefaults.Key(name, default: wrappedValue), in: store)

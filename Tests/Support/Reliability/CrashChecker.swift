@@ -195,7 +195,7 @@ public struct CrashChecker {
     }
 
     private static func dataPayload(_ encoded: [UInt8]) -> [UInt8]? {
-        guard case .data(let data)? = try? StoredValue(bytes: encoded) else { return nil }
+        guard case .data(let data)? = try? StoredValue(encodedValue: encoded) else { return nil }
         return Array(data)
     }
 

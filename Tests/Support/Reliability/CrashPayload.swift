@@ -64,7 +64,7 @@ public enum CrashPayload {
     /// are not exactly what `value(number:length:)` writes.
     public static func decodeValue(_ bytes: [UInt8]) -> (number: UInt64, length: Int)? {
         guard bytes.count >= 8 else { return nil }
-        let number = bytes[0..<8].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        let number = UInt64(bigEndianBytes: bytes[0..<8])
         for position in 0..<(bytes.count - 8)
         where bytes[8 + position] != patternByte(number: number, position: position) {
             return nil
@@ -85,12 +85,12 @@ public enum CrashPayload {
     /// Reads a manifest; nil when malformed.
     public static func decodeManifest(_ bytes: [UInt8]) -> (number: UInt64, entries: [Entry])? {
         guard bytes.count >= 8, (bytes.count - 8) % 9 == 0 else { return nil }
-        let number = bytes[0..<8].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        let number = UInt64(bigEndianBytes: bytes[0..<8])
         var entries: [Entry] = []
         var offset = 8
         while offset < bytes.count {
             let index = Int(bytes[offset])
-            let raw = Int64(bitPattern: bytes[(offset + 1)..<(offset + 9)].reduce(UInt64(0)) { $0 << 8 | UInt64($1) })
+            let raw = Int64(bitPattern: UInt64(bigEndianBytes: bytes[(offset + 1)..<(offset + 9)]))
             guard index < keyCount, raw >= -1 else { return nil }
             entries.append(Entry(index: index, length: raw == -1 ? nil : Int(raw)))
             offset += 9

@@ -5,7 +5,7 @@ import PersistentDefaults
 public struct FuzzFigures: Sendable, Equatable, CustomStringConvertible {
     /// Inputs fed to a decoder in all.
     public var inputs = 0
-    /// Value inputs (`StoredValue(bytes:)`) that decoded.
+    /// Value inputs (`StoredValue(encodedValue:)`) that decoded.
     public var valuesDecoded = 0
     /// Value inputs refused with an error.
     public var valuesRefused = 0
@@ -40,7 +40,7 @@ public enum DecoderFuzzer {
         let values = sampleValues()
         let records = sampleRecords(values)
         for (index, record) in records.enumerated() {
-            if (try? CommitRecord.decode(sequence: UInt64(index), encoded: record)) == nil {
+            if (try? CommitRecord.decode(sequence: UInt64(index), encodedRecord: record)) == nil {
                 figures.problems.append("valid record sample \(index) is refused")
             }
         }
@@ -72,7 +72,7 @@ public enum DecoderFuzzer {
 
     private static func feedValue(_ input: [UInt8], to figures: inout FuzzFigures) {
         do {
-            let value = try StoredValue(bytes: input)
+            let value = try StoredValue(encodedValue: input)
             figures.valuesDecoded += 1
             exercise(value, input: input, figures: &figures)
         } catch {
@@ -82,7 +82,7 @@ public enum DecoderFuzzer {
 
     private static func feedRecord(_ input: [UInt8], to figures: inout FuzzFigures) {
         do {
-            let record = try CommitRecord.decode(sequence: 1, encoded: input)
+            let record = try CommitRecord.decode(sequence: 1, encodedRecord: input)
             figures.recordsDecoded += 1
             for change in record.changes {
                 if let value = try? change.storedValue() { exercise(value, input: input, figures: &figures) }
@@ -95,7 +95,7 @@ public enum DecoderFuzzer {
     private static func exercise(_ value: StoredValue, input: [UInt8], figures: inout FuzzFigures) {
         _ = value.description
         _ = value.jsonText
-        if (try? StoredValue(bytes: value.bytes)) == nil, figures.problems.count < 20 {
+        if (try? StoredValue(encodedValue: value.encodedValue)) == nil, figures.problems.count < 20 {
             figures.problems.append("the re-encoding of a decoded \(value.tag) does not decode: \(input)")
         }
     }
@@ -134,7 +134,7 @@ public enum DecoderFuzzer {
             .uuid(UUID(uuid: (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16))),
             .json(#"{"title":"Main","x":10,"y":[1,2.5,null,true]}"#), .json("[]"),
         ]
-        return samples.map(\.bytes)
+        return samples.map(\.encodedValue)
     }
 
     /// Valid commit records in record format 1, written from the format article's description of it (OnDiskFormat.md)

@@ -1,0 +1,119 @@
+import Foundation
+import PDTestSupport
+import PersistentDefaults
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The inspection API as applications use it: reader slots, copies, opening only existing stores,
+/// encoded values.
+@Suite("Inspection: reader slots, copies, opening without creating")
+struct InspectionTests {
+    @Test func theReaderTableListsThisProcesssSnapshotWithItsTransactionID() throws {
+        let store = try PersistentDefaults.temporary()
+        store[.launchCount] = 1
+        let last = try store.statistics().lastTransactionID
+        let pid = getpid()
+        let during = try store.read { _ in store.readerTableEntries() }.filter { $0.processID == pid }
+        let table = store.readerTable()
+        #expect(during.contains { $0.transactionID == last }, "\(table)")
+        #expect(during.allSatisfy { $0.thread != 0 })
+        // After the read, this process's slots are idle: kept for the next read, no snapshot.
+        let after = store.readerTableEntries().filter { $0.processID == pid }
+        #expect(!after.isEmpty)
+        #expect(after.allSatisfy { $0.transactionID == nil }, "\(table)")
+    }
+
+    @Test func aCopyHasMode0600AndTheStoresValues() throws {
+        try withTemporaryStore { store, path, _ throws in
+            store[.launchCount] = 7
+            let destination = path + "-copy"
+            defer { try? FileManager.default.removeItem(atPath: destination) }
+            try FileManager.default.createDirectory(atPath: destination, withIntermediateDirectories: false)
+            try store.copy(to: destination, compact: true)
+            var info = stat()
+            #expect(stat(destination + "/data.mdb", &info) == 0)
+            // LMDB's mdb_env_copy2 would give 0666 less the umask (0644 under the usual 022).
+            #expect(info.st_mode & 0o777 == 0o600)
+            var options = PersistentDefaults.Options()
+            options.readOnly = true
+            #expect(try PersistentDefaults(path: destination, options: options).value(for: .launchCount) == 7)
+        }
+    }
+
+    @Test func aCopyOverAnExistingFileFailsAndLeavesItAlone() throws {
+        try withTemporaryStore { store, path, _ throws in
+            let destination = path + "-copy"
+            defer { try? FileManager.default.removeItem(atPath: destination) }
+            try FileManager.default.createDirectory(atPath: destination, withIntermediateDirectories: false)
+            let existing = Data("keep me".utf8)
+            try existing.write(to: URL(fileURLWithPath: destination + "/data.mdb"))
+            let error = #expect(throws: PersistentDefaultsError.self) {
+                try store.copy(to: destination, compact: false)
+            }
+            #expect(error?.code == LMDBResultCode(rawValue: EEXIST))
+            #expect(FileManager.default.contents(atPath: destination + "/data.mdb") == existing)
+        }
+    }
+
+    @Test func withoutCreateIfMissingAWritableOpenOfAMissingStoreCreatesNothing() throws {
+        try withTemporaryDirectory { path in
+            var options = PersistentDefaults.Options()
+            options.createIfMissing = false
+            let missing = #expect(throws: PersistentDefaultsError.self) {
+                try PersistentDefaults(path: path, options: options)
+            }
+            #expect(missing == .notAStore(path: path, reason: "no such directory"))
+            #expect(!FileManager.default.fileExists(atPath: path), "no directory was created")
+
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+            #expect(throws: PersistentDefaultsError.self) { try PersistentDefaults(path: path, options: options) }
+            #expect(try FileManager.default.contentsOfDirectory(atPath: path).isEmpty, "no store was created")
+
+            do { try PersistentDefaults(path: path).set(5, for: .launchCount) }
+            let store = try PersistentDefaults(path: path, options: options)
+            try store.set(6, for: .launchCount)
+            #expect(try store.value(for: .launchCount) == 6)
+        }
+    }
+
+    @Test func readOnlyNeverCreatesWhateverCreateIfMissingSays() throws {
+        try withTemporaryDirectory { path in
+            var options = PersistentDefaults.Options()
+            options.readOnly = true
+            options.createIfMissing = true
+            #expect(throws: PersistentDefaultsError.self) { try PersistentDefaults(path: path, options: options) }
+            #expect(!FileManager.default.fileExists(atPath: path))
+        }
+    }
+
+    @Test func aTemporaryStoreIgnoresCreateIfMissing() throws {
+        var options = PersistentDefaults.Options()
+        options.createIfMissing = false
+        let store = try PersistentDefaults.temporary(options: options)
+        store[.launchCount] = 2
+        #expect(try store.value(for: .launchCount) == 2)
+    }
+
+    @Test func anEncodedValueIsTheTagThenTheBigEndianPayload() throws {
+        let encoded: [UInt8] = [0x02, 0, 0, 0, 0, 0, 0, 0x01, 0x2C]
+        #expect(StoredValue.int(300).encodedValue == encoded)
+        #expect(try StoredValue(encodedValue: encoded) == .int(300))
+        #expect(throws: StoredValueError.self) { try StoredValue(encodedValue: Array(encoded.dropLast())) }
+        try withTemporaryStore { store, _, _ throws in
+            try store.setStoredValue(.int(300), named: "n")
+            #expect(try store.storedEntries() == [StoredEntry(name: "n", encodedValue: encoded)])
+            #expect(try store.commits(after: 0).last?.changes.first?.encodedValue == encoded)
+        }
+    }
+
+    @Test func theBigEndianReaderReadsMostSignificantByteFirst() {
+        #expect(UInt32(bigEndianBytes: [0x01, 0x02, 0x03, 0x04]) == 0x0102_0304)
+        #expect(UInt64(bigEndianBytes: [0xFF, 0, 0, 0, 0, 0, 0, 0x01]) == 0xFF00_0000_0000_0001)
+        #expect(UInt16(bigEndianBytes: [0xAB, 0xCD]) == 0xABCD)
+        #expect(UInt8(bigEndianBytes: [0x7F]) == 0x7F)
+        #expect(UInt64(bigEndianBytes: []) == 0)
+    }
+}
