@@ -18,13 +18,24 @@ extension PersistentDefaults {
         public let name: String
         /// The name's UTF-8 bytes, as stored.
         let nameBytes: [UInt8]
+        /// The same bytes in memory this key owns, for reads: passing them to LMDB needs no
+        /// retain of an array buffer that every thread reading the key would share.
+        let nameBuffer: UnsafeRawBufferPointer
         /// Why the name cannot be stored, if it cannot.
         let nameError: PersistentDefaultsError?
 
         init(name: String) {
             self.name = name
             nameBytes = Array(name.utf8)
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(nameBytes.count, 1), alignment: 1)
+            buffer.copyBytes(from: nameBytes)
+            nameBuffer = UnsafeRawBufferPointer(rebasing: buffer[..<nameBytes.count])
             nameError = Self.validate(name: name, bytes: nameBytes.count)
+        }
+
+        deinit {
+            // The allocation's start; `nameBuffer` spans its first `nameBytes.count` bytes.
+            UnsafeMutableRawPointer(mutating: nameBuffer.baseAddress)?.deallocate()
         }
 
         /// LMDB's key size limit (`mdb_env_get_maxkeysize` with the default build).
@@ -68,7 +79,7 @@ extension PersistentDefaults {
 
         /// The value read while the key is not stored.
         public let defaultValue: Value
-        let codec: ValueCodec<Value>
+        @usableFromInline let codec: ValueCodec<Value>
         /// The default's bytes are `null`: setting nil removes the key instead of storing null.
         let removesNil: Bool
         /// A key type's hook: remove instead of storing this value.
@@ -91,6 +102,18 @@ extension PersistentDefaults {
             self.shouldOverwrite = shouldOverwrite
             isEqual = equality(of: Value.self)
             super.init(name: name)
+        }
+
+        /// Decodes stored bytes; a failure becomes ``PersistentDefaultsError/decodingFailed(key:type:reason:)``.
+        @inlinable
+        func decode(_ bytes: UnsafeRawBufferPointer) throws -> Value {
+            if let value = decodeFixedWidth(bytes, as: Value.self) { return value }
+            do throws(StoredValueError) {
+                return try codec.decode(bytes)
+            } catch {
+                throw PersistentDefaultsError.decodingFailed(
+                    key: name, type: "\(Value.self)", reason: error.description)
+            }
         }
 
         override func declaredForm() throws -> DeclaredForm {

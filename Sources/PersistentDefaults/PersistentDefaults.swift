@@ -15,7 +15,7 @@ import Foundation
 /// A store is `Sendable` and safe to use from any thread or task. Opening the same directory
 /// again in one process shares one LMDB environment; several processes may open it at once.
 public final class PersistentDefaults: Sendable {
-    let core: StoreCore
+    @usableFromInline let core: StoreCore
     private let isReadOnly: Bool
 
     /// Opens the store in the directory `path`, creating the directory (mode 0700) and the store
@@ -54,8 +54,20 @@ public final class PersistentDefaults: Sendable {
     ///
     /// Throws ``PersistentDefaultsError/decodingFailed(key:type:reason:)`` when the stored value
     /// does not decode as `Value`, and LMDB errors when the store cannot be read.
+    ///
+    /// `@inlinable`, like the subscript and ``PersistentDefault/wrappedValue``: the caller's
+    /// module specialises the decoding for `Value`, and the library's part of the read
+    /// (`StoreCore.readValue`) is not generic, so a get from another module runs no unspecialised
+    /// generic code (issue 14: each generic layer cost about 25 ns per read).
+    @inlinable
     public func value<Value>(for key: Key<Value>) throws -> Value {
-        try core.environment.withRead { try core.value(key, in: $0) }
+        var value: Value?
+        try core.readValue(of: key) { bytes in
+            if let bytes { value = try key.decode(bytes) } else { value = key.defaultValue }
+        }
+        // `readValue` calls its body exactly once unless it throws.
+        guard let value else { throw PersistentDefaultsError.lmdb(code: .invalid, operation: "read \(key.name)") }
+        return value
     }
 
     /// A key type's value; see ``value(for:)-(Key<Value>)``.
@@ -67,19 +79,28 @@ public final class PersistentDefaults: Sendable {
     ///
     /// A read that fails returns the default and reports the error once (see
     /// ``Options/errorHandler``); a write that fails is reported and leaves the old value.
+    @inlinable
     public subscript<Value>(key: Key<Value>) -> Value {
         get {
             do {
                 return try value(for: key)
             } catch {
-                core.reporter.reportOnce(error)
+                reportReadFailure(error)
                 return key.defaultValue
             }
         }
         set {
-            do { try set(newValue, for: key) } catch { core.reporter.report(error) }
+            do { try set(newValue, for: key) } catch { reportWriteFailure(error) }
         }
     }
+
+    /// Reports a failed read once (see ``Options/errorHandler``).
+    @usableFromInline
+    func reportReadFailure(_ error: any Error) { core.reporter.reportOnce(error) }
+
+    /// Reports a failed write (see ``Options/errorHandler``).
+    @usableFromInline
+    func reportWriteFailure(_ error: any Error) { core.reporter.report(error) }
 
     /// Reads and writes a key type's value without throwing; see ``subscript(_:)-(Key<Value>)``.
     public subscript<K: PersistentDefaultsKey>(key: K) -> K.Value where K.Conversion.Stored: Codable {

@@ -20,6 +20,7 @@ struct Databases: Sendable {
 
 /// What every handle of one store path in this process shares: the environment, the database
 /// handles, the error reporter and the background flusher.
+@usableFromInline
 final class StoreCore: Sendable {
     /// The on-disk format this library writes and the newest it reads.
     static let formatVersion: UInt32 = 1
@@ -219,14 +220,23 @@ final class StoreCore: Sendable {
         return try key.nameBytes.withUnsafeBytes { name in
             try transaction.withValue(databases.values, name) { bytes in
                 guard let bytes else { return key.defaultValue }
-                do throws(StoredValueError) {
-                    return try key.codec.decode(bytes)
-                } catch {
-                    throw PersistentDefaultsError.decodingFailed(
-                        key: key.name, type: "\(Value.self)", reason: error.description)
-                }
+                return try key.decode(bytes)
             }
         }
+    }
+
+    /// Reads `key`'s stored bytes in a read transaction of its own and passes them (nil when the
+    /// key is not stored) to `body`, which runs exactly once unless this throws; the bytes are
+    /// valid only inside `body`. Not generic: the public typed reads wrap it in `@inlinable`
+    /// code that the caller's module specialises.
+    @usableFromInline
+    func readValue(of key: PersistentDefaults.Keys, _ body: (UnsafeRawBufferPointer?) throws -> Void) throws {
+        try key.validate()
+        // The closure captures only trivial values: capturing `self` would retain the core, an
+        // atomic write to a line that every reading thread shares.
+        let name = key.nameBuffer
+        let values = databases.values
+        try environment.withRead { transaction in try transaction.withValue(values, name, body) }
     }
 
     /// `value(_:in:)`, but a failure is reported and the default returned.

@@ -8,11 +8,12 @@ import Foundation
 ///
 /// `@unchecked Sendable`: the closures capture only metatypes, conversion functions and other
 /// codecs, all immutable; they keep no state between calls.
+@usableFromInline
 struct ValueCodec<Value>: @unchecked Sendable {
     /// Encodes a value to tag and payload.
     let encode: (Value) throws(StoredValueError) -> [UInt8]
-    /// Decodes tag and payload.
-    let decode: (UnsafeRawBufferPointer) throws(StoredValueError) -> Value
+    /// Decodes tag and payload; called from the `@inlinable` typed reads.
+    @usableFromInline let decode: (UnsafeRawBufferPointer) throws(StoredValueError) -> Value
     /// The tag a non-nil value is stored with: what a declaration records as the key's type.
     let storedTag: StoredValue.Tag
     /// Whether the type is optional, so that an explicit `null` (tag `0x00`) decodes.
@@ -144,12 +145,81 @@ extension ValueCodec {
 
 extension ValueCodec where Value: PrimitiveStorable {
     /// The codec of a type with its own tag.
+    ///
+    /// Keys are made with the value type opened from an existential (`automatic()`), so a codec
+    /// built here would run unspecialised: every decode would look up generic metadata (about a
+    /// sixth of a scattered get, measured with `perf`). The codecs of the fixed-size types are
+    /// therefore built once in concrete context (``primitiveCodecs``), where the compiler
+    /// specialises their closures.
     static func primitive() -> ValueCodec<Value> {
+        if let built = primitiveCodecs[ObjectIdentifier(Value.self)] as? ValueCodec<Value> { return built }
+        return makeCodec()
+    }
+
+    /// The codec built for `Value`; specialised when `Value` is a concrete type at the call.
+    static func makeCodec() -> ValueCodec<Value> {
         ValueCodec(
             encode: { (value) throws(StoredValueError) in try value.storedValue().encodedValue },
             decode: { (bytes) throws(StoredValueError) in try Value.decode(bytes) },
             storedTag: Value.storedTag)
     }
+}
+
+/// The codecs of the fixed-size primitive types, each built where its type is concrete.
+private let primitiveCodecs: [ObjectIdentifier: any Sendable] = {
+    func entry<P: PrimitiveStorable>(_ codec: ValueCodec<P>) -> (ObjectIdentifier, any Sendable) {
+        (ObjectIdentifier(P.self), codec)
+    }
+    return Dictionary(
+        uniqueKeysWithValues: [
+            entry(ValueCodec<Int>.makeCodec()), entry(ValueCodec<Int8>.makeCodec()),
+            entry(ValueCodec<Int16>.makeCodec()), entry(ValueCodec<Int32>.makeCodec()),
+            entry(ValueCodec<Int64>.makeCodec()), entry(ValueCodec<UInt>.makeCodec()),
+            entry(ValueCodec<UInt8>.makeCodec()), entry(ValueCodec<UInt16>.makeCodec()),
+            entry(ValueCodec<UInt32>.makeCodec()), entry(ValueCodec<UInt64>.makeCodec()),
+            entry(ValueCodec<Double>.makeCodec()), entry(ValueCodec<Float>.makeCodec()),
+            entry(ValueCodec<Bool>.makeCodec()),
+        ])
+}()
+
+/// A fixed-width value read straight from its own tag and payload, for the `@inlinable` typed
+/// reads: when `Value` is concrete at the caller, the type tests fold away and the read decodes
+/// without calling the key's codec (whose closure context all keys of a type share, so calling
+/// it from several threads makes them contend on its reference count). nil sends the caller
+/// through the codec (other types, other tags, conversions, errors).
+@inlinable @inline(__always)
+func decodeFixedWidth<Value>(_ bytes: UnsafeRawBufferPointer, as _: Value.Type) -> Value? {
+    if Value.self == Int.self { return fixedInteger(bytes, as: Int.self) as! Value? }
+    if Value.self == Int64.self { return fixedInteger(bytes, as: Int64.self) as! Value? }
+    if Value.self == Int32.self { return fixedInteger(bytes, as: Int32.self) as! Value? }
+    if Value.self == UInt64.self { return fixedInteger(bytes, as: UInt64.self) as! Value? }
+    if Value.self == UInt.self { return fixedInteger(bytes, as: UInt.self) as! Value? }
+    if Value.self == Double.self { return fixedDouble(bytes) as! Value? }
+    if Value.self == Bool.self { return fixedBool(bytes) as! Value? }
+    return nil
+}
+
+/// An integer stored under the `int` or `uint` tag, when it fits `Integer`.
+@inlinable @inline(__always)
+func fixedInteger<Integer: FixedWidthInteger>(_ bytes: UnsafeRawBufferPointer, as _: Integer.Type = Integer.self)
+    -> Integer?
+{
+    if let bits = payload64(bytes, tag: .int) { return Integer(exactly: Int64(bitPattern: bits)) }
+    if let bits = payload64(bytes, tag: .uint) { return Integer(exactly: bits) }
+    return nil
+}
+
+/// A double stored under the `double` tag.
+@inlinable @inline(__always)
+func fixedDouble(_ bytes: UnsafeRawBufferPointer) -> Double? {
+    payload64(bytes, tag: .double).map { Double(bitPattern: $0) }
+}
+
+/// A Boolean stored under the `bool` tag.
+@inlinable @inline(__always)
+func fixedBool(_ bytes: UnsafeRawBufferPointer) -> Bool? {
+    guard bytes.count == 2, bytes[0] == StoredValue.Tag.bool.rawValue, bytes[1] <= 1 else { return nil }
+    return bytes[1] == 1
 }
 
 /// The JSON coders, made once: `JSONEncoder` and `JSONDecoder` are Sendable and keep no state
@@ -183,8 +253,8 @@ protocol PrimitiveStorable {
 }
 
 /// The 8-byte big-endian payload after the tag, when `bytes` are `tag` and 8 bytes.
-@inline(__always)
-private func payload64(_ bytes: UnsafeRawBufferPointer, tag: StoredValue.Tag) -> UInt64? {
+@inlinable @inline(__always)
+func payload64(_ bytes: UnsafeRawBufferPointer, tag: StoredValue.Tag) -> UInt64? {
     guard bytes.count == 9, bytes[0] == tag.rawValue else { return nil }
     return UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: 1, as: UInt64.self))
 }
@@ -209,10 +279,7 @@ extension PrimitiveStorable {
 extension Bool: PrimitiveStorable {
     static var storedTag: StoredValue.Tag { .bool }
     func storedValue() -> StoredValue { .bool(self) }
-    static func decodeDirectly(_ bytes: UnsafeRawBufferPointer) -> Bool? {
-        guard bytes.count == 2, bytes[0] == StoredValue.Tag.bool.rawValue, bytes[1] <= 1 else { return nil }
-        return bytes[1] == 1
-    }
+    static func decodeDirectly(_ bytes: UnsafeRawBufferPointer) -> Bool? { fixedBool(bytes) }
     init(stored: StoredValue) throws(StoredValueError) {
         guard case .bool(let value) = stored else { throw Self.mismatch(stored) }
         self = value
@@ -242,11 +309,7 @@ extension IntegerStorable {
     }
 
     @inline(__always)
-    static func decodeDirectly(_ bytes: UnsafeRawBufferPointer) -> Self? {
-        if let bits = payload64(bytes, tag: .int) { return Self(exactly: Int64(bitPattern: bits)) }
-        if let bits = payload64(bytes, tag: .uint) { return Self(exactly: bits) }
-        return nil
-    }
+    static func decodeDirectly(_ bytes: UnsafeRawBufferPointer) -> Self? { fixedInteger(bytes) }
 }
 
 extension Int: IntegerStorable {}
@@ -278,9 +341,7 @@ extension FloatingStorable {
     func storedValue() -> StoredValue { .double(Double(self)) }
 
     @inline(__always)
-    static func decodeDirectly(_ bytes: UnsafeRawBufferPointer) -> Self? {
-        payload64(bytes, tag: .double).map { Self(Double(bitPattern: $0)) }
-    }
+    static func decodeDirectly(_ bytes: UnsafeRawBufferPointer) -> Self? { fixedDouble(bytes).map { Self($0) } }
 }
 
 extension Double: FloatingStorable {}

@@ -72,8 +72,10 @@ struct EnvironmentInfo: Sendable, Equatable {
 /// fields are touched only by the thread that holds LMDB's process-shared writer mutex.
 final class Environment: @unchecked Sendable {
     /// Replaced only under the exclusive gate, when a failed map change forces a reopen.
-    fileprivate private(set) var handle: EnvironmentHandle
-    let gate = TransactionGate()
+    /// Unchecked exclusivity (also for `isClosed`): both change only under the exclusive gate,
+    /// while no read runs, so the dynamic check on every read would guard nothing.
+    @exclusivity(unchecked) fileprivate private(set) var handle: EnvironmentHandle
+    let gate: TransactionGate
     let configuration: EnvironmentConfiguration
     /// Whether the environment was opened without LMDB's lock file (read-only directories).
     let isLockless: Bool
@@ -83,7 +85,7 @@ final class Environment: @unchecked Sendable {
     let pageSize: Int
     /// Reset read transactions kept per thread for reuse (`mdb_txn_reset` / `mdb_txn_renew`).
     private let readerSlots: ReaderSlots
-    private var isClosed = false
+    @exclusivity(unchecked) private var isClosed = false
     /// Why the environment became unusable (a failed map change that could not be undone), if so.
     private var brokenReason: String?
     /// The named databases opened in this environment, in the order LMDB numbered them, to open
@@ -116,6 +118,7 @@ final class Environment: @unchecked Sendable {
     init(_ configuration: EnvironmentConfiguration) throws(PersistentDefaultsError) {
         self.configuration = configuration
         readerSlots = ReaderSlots(maxReaders: configuration.maxReaders)
+        gate = TransactionGate(slots: readerSlots)
         do {
             handle = try Self.open(configuration, lockless: false)
             isLockless = false
@@ -200,18 +203,48 @@ final class Environment: @unchecked Sendable {
 
     /// Runs `body` in a read transaction (a consistent snapshot), ended on every path.
     ///
-    /// With `runsUserCode` false (the default) the thread is not marked as holding the gate, which
-    /// is only right when `body` cannot start another transaction on this thread: library reads
-    /// and value decoding. Scopes that run the caller's closure pass true.
+    /// With `runsUserCode` false (the default) the read goes through the calling thread's
+    /// ``ReaderSlot``, whose busy state is the gate's shared side (no shared lock), which is only
+    /// right when `body` cannot start another transaction on this thread: library reads and
+    /// value decoding. Scopes that run the caller's closure pass true and take the gate's rwlock.
     func withRead<R>(runsUserCode: Bool = false, _ body: (Transaction) throws -> R) throws -> R {
         while true {
             do {
                 if runsUserCode { return try gate.withShared { try readOnce(body) } }
-                return try gate.withSharedUnmarked { try readOnce(body) }
+                return try readThroughSlot(body)
             } catch RetrySignal.mapResized {
                 try adoptMapSize()
             }
         }
+    }
+
+    /// A read whose gate hold is the calling thread's busy slot; falls back to the rwlock for a
+    /// thread without a slot or whose slot another thread is reclaiming.
+    @inline(__always)
+    private func readThroughSlot<R>(_ body: (Transaction) throws -> R) throws -> R {
+        if let slot = readerSlots.slotOfCurrentThread() {
+            switch slot.enter(gate) {
+            case .entered:
+                let transaction: TransactionHandle
+                do {
+                    try checkOpen()
+                    try lockProbe?.checkNoOtherProcess()
+                    transaction = try renew(slot)
+                } catch {
+                    slot.release(keeping: slot.handle)
+                    throw error
+                }
+                defer { endRead(transaction, slot) }
+                let result = try body(Transaction(handle: transaction, environment: self))
+                try lockProbe?.checkNoOtherProcess()
+                return result
+            case .nested:
+                return try readOnce(body)
+            case .unavailable:
+                break
+            }
+        }
+        return try gate.withSharedUnmarked { try readOnce(body) }
     }
 
     @inline(__always)
@@ -234,16 +267,23 @@ final class Environment: @unchecked Sendable {
         guard let slot = readerSlots.slotOfCurrentThread(), slot.acquire() else {
             return (try beginReadTransaction(), nil)
         }
+        return (try renew(slot), slot)
+    }
+
+    /// Renews the kept transaction of `slot`, which the caller made busy, or begins one. On an
+    /// error the slot is given back empty, unless it still holds its old transaction.
+    @inline(__always)
+    private func renew(_ slot: ReaderSlot) throws -> TransactionHandle {
         if let kept = slot.handle {
             let code = mdb_txn_renew(kept)
-            if code == MDB_SUCCESS { return (kept, slot) }
+            if code == MDB_SUCCESS { return kept }
             mdb_txn_abort(kept)
             slot.release(keeping: nil)
             if code == MDB_MAP_RESIZED { throw RetrySignal.mapResized }
             try check(code, "mdb_txn_renew")
         }
         do {
-            return (try beginReadTransaction(), slot)
+            return try beginReadTransaction()
         } catch {
             slot.release(keeping: nil)
             throw error

@@ -89,8 +89,26 @@ final class ReaderSlots: @unchecked Sendable {
         }
     }
 
+    /// Waits until no slot is busy: the exclusive side of ``TransactionGate``, after it raised its
+    /// flag, so that no new read enters. Checks under the lock (a slot is freed only after it
+    /// left the dictionary under the lock) but never waits holding it: a busy reader may need the
+    /// lock (`reclaimIdle`).
+    func waitUntilNoneBusy() {
+        var rounds = 0
+        while lock.withLock({ state in
+            state.slots.values.contains {
+                $0.takeUnretainedValue().state.load(ordering: .sequentiallyConsistent) == ReaderSlot.busy
+            }
+        }) {
+            // A slot read lasts about a microsecond; yield rather than sleep.
+            rounds += 1
+            if rounds < 64 { sched_yield() } else { usleep(50) }
+        }
+    }
+
     /// Empties every slot; with `closing`, no slot is made or renewed afterwards. Call with the
-    /// gate held exclusively: then no slot is in use, as every read holds the gate shared.
+    /// gate held exclusively: then no slot is in use (``TransactionGate/withExclusive(_:)``
+    /// waited for the busy ones).
     func emptyAll(closing: Bool) {
         lock.withLock { state in
             for slot in state.slots.values { slot.takeUnretainedValue().empty() }
@@ -118,13 +136,54 @@ final class ReaderSlot: @unchecked Sendable {
 
     let owner: ReaderSlots
     let state = Atomic<Int>(ReaderSlot.empty)
-    /// A reset read transaction while `idle`; nil while `empty`.
-    var handle: TransactionHandle?
+    /// A reset read transaction while `idle`; nil while `empty`. Unchecked exclusivity: `state`
+    /// orders every access (above), and a dynamic check costs more than the rest of the slot's
+    /// work on a read.
+    @exclusivity(unchecked) var handle: TransactionHandle?
 
     fileprivate init(owner: ReaderSlots) { self.owner = owner }
 
-    /// Owner side: takes the slot for one read. Returns false when the slot is in use by an
-    /// outer read on this thread or being reclaimed: the caller uses a transaction of its own.
+    /// How ``enter(_:)`` went.
+    enum Entry {
+        /// The slot is busy for this read, which holds the gate's shared side through it.
+        case entered
+        /// An outer read on this thread holds the slot (and with it the gate): the caller reads
+        /// with a transaction of its own, protected by the outer read.
+        case nested
+        /// Another thread is reclaiming the slot: the caller takes the gate's rwlock instead.
+        case unavailable
+    }
+
+    /// Owner side: takes the slot for one read, as the gate's shared side. Marks the slot busy,
+    /// then checks the gate's exclusive flag (both sequentially consistent, against the
+    /// exclusive side's flag-then-slots order); while an exclusive section is raised it gives the
+    /// slot back and waits for the section to end.
+    @inline(__always)
+    func enter(_ gate: TransactionGate) -> Entry {
+        while true {
+            var previous = ReaderSlot.idle
+            if !state.compareExchange(
+                expected: ReaderSlot.idle, desired: ReaderSlot.busy, ordering: .sequentiallyConsistent
+            ).exchanged {
+                previous = ReaderSlot.empty
+                guard
+                    state.compareExchange(
+                        expected: ReaderSlot.empty, desired: ReaderSlot.busy, ordering: .sequentiallyConsistent
+                    ).exchanged
+                else {
+                    // Only this thread makes the slot busy.
+                    return state.load(ordering: .relaxed) == ReaderSlot.busy ? .nested : .unavailable
+                }
+            }
+            guard gate.isExclusiveRaised else { return .entered }
+            state.store(previous, ordering: .releasing)
+            gate.waitForExclusive()
+        }
+    }
+
+    /// Owner side: takes the slot for one read inside a section that already holds the gate's
+    /// rwlock. Returns false when the slot is in use by an outer read on this thread or being
+    /// reclaimed: the caller uses a transaction of its own.
     @inline(__always)
     func acquire() -> Bool {
         if state.compareExchange(expected: ReaderSlot.idle, desired: ReaderSlot.busy, ordering: .acquiring).exchanged {
@@ -160,7 +219,8 @@ final class ReaderSlot: @unchecked Sendable {
 /// retires them when the thread exits.
 final class ThreadReaderCache {
     /// The slot of the environment read last (the common case: one store per process).
-    fileprivate var first: ReaderSlot?
+    /// Unchecked exclusivity: only the owning thread touches the cache.
+    @exclusivity(unchecked) fileprivate var first: ReaderSlot?
     private var others: [ReaderSlot] = []
 
     private static let key: pthread_key_t = {

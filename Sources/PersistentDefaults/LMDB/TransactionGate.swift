@@ -18,30 +18,51 @@ import Synchronization
 /// LMDB's writer mutex, and a thread never waits for the exclusive side while it holds the
 /// shared side itself.
 ///
+/// The shared side has two forms. Single reads through a thread's own ``ReaderSlot`` (the hot
+/// path) take no shared lock at all: the slot's busy state is the thread's hold, on a cache line
+/// no other thread writes, so reads on several cores do not contend (a `pthread_rwlock` makes
+/// every read do two atomic read-modify-writes on one shared line). Everything else — scopes
+/// that run the caller's code, writes, maintenance, threads without a slot — takes the rwlock
+/// shared.
+///
+/// The exclusive side is rare (close, growing or adopting the map, reopening): it closes a
+/// turnstile, raises `exclusive`, takes the rwlock exclusively (so rwlock holders drain), then
+/// waits until no slot is busy (``ReaderSlots/waitUntilNoneBusy()``). A slot reader marks its
+/// slot busy and then reads `exclusive`; the exclusive side raises `exclusive` and then reads the
+/// slots: both sequentially consistent, so at least one of them sees the other (the reader backs
+/// off and waits at the turnstile, or the exclusive side waits for the slot).
+///
 /// The rwlock prefers readers (nested reads need that), so a steady stream of reads on other
 /// threads could keep the exclusive side waiting for ever: a write that must grow the map would
-/// never run. `withExclusive` therefore closes a turnstile first: a thread that holds no shared
-/// section waits at the turnstile (only while an exclusive section is waiting) before it takes
-/// the shared side, so the readers inside drain and the exclusive side gets in. Threads that
+/// never run. The turnstile, held for the whole exclusive section, stops that: a thread that
+/// holds no shared section waits at it (only while `exclusive` is raised) before it takes the
+/// shared side, so the readers inside drain and the exclusive side gets in. Threads that
 /// already hold the shared side pass, as they must to finish.
 final class TransactionGate: @unchecked Sendable {
     // @unchecked Sendable: the rwlock and the turnstile mutex are the synchronisation itself,
-    // `exclusiveWaiting` is atomic, and the thread-local key is only read and written for the
-    // calling thread.
+    // `exclusive` is atomic, `slots` is Sendable, and the thread-local key is only read and
+    // written for the calling thread.
     private let lock: UnsafeMutablePointer<pthread_rwlock_t>
     private let turnstile: UnsafeMutablePointer<pthread_mutex_t>
-    /// Set while `withExclusive` waits for the rwlock, holding the turnstile.
-    private let exclusiveWaiting = Atomic<Bool>(false)
-    private var threadState: pthread_key_t = 0
+    /// Raised from before `withExclusive` takes the rwlock until its body has ended, with the
+    /// turnstile held.
+    private let exclusive = Atomic<Bool>(false)
+    /// The per-thread slots whose busy state is the shared side of slot reads.
+    private let slots: ReaderSlots
+    /// A `let`: a stored `var` of a class costs a dynamic exclusivity check on every read.
+    private let threadState: pthread_key_t
 
-    init() {
+    init(slots: ReaderSlots) {
+        self.slots = slots
         lock = .allocate(capacity: 1)
         // The default (reader-preferring) kind: a thread may take the shared side again while it
         // holds it, which nested reads need.
         _ = pthread_rwlock_init(lock, nil)  // Only fails for lack of memory.
         turnstile = .allocate(capacity: 1)
         _ = pthread_mutex_init(turnstile, nil)  // Cannot fail with default attributes on Linux.
-        _ = pthread_key_create(&threadState, nil)  // Fails only past PTHREAD_KEYS_MAX keys.
+        var key: pthread_key_t = 0
+        _ = pthread_key_create(&key, nil)  // Fails only past PTHREAD_KEYS_MAX keys.
+        threadState = key
     }
 
     deinit {
@@ -56,7 +77,7 @@ final class TransactionGate: @unchecked Sendable {
     /// unless this thread already holds the shared side.
     @inline(__always)
     private func lockShared() {
-        if exclusiveWaiting.load(ordering: .relaxed), state >> 1 == 0 {
+        if exclusive.load(ordering: .relaxed), state >> 1 == 0 {
             pthread_mutex_lock(turnstile)
             pthread_mutex_unlock(turnstile)
         }
@@ -123,14 +144,30 @@ final class TransactionGate: @unchecked Sendable {
         return try body()
     }
 
-    /// Runs `body` with the exclusive side held. The caller must not hold the shared side.
+    /// Whether an exclusive section is waiting or running; a slot reader reads it after marking
+    /// its slot busy (sequentially consistent, see the type's comment).
+    @inline(__always)
+    var isExclusiveRaised: Bool { exclusive.load(ordering: .sequentiallyConsistent) }
+
+    /// Waits until the exclusive section that raised `exclusive` has ended. Call holding no
+    /// shared side (a slot reader first gives its slot back).
+    func waitForExclusive() {
+        pthread_mutex_lock(turnstile)
+        pthread_mutex_unlock(turnstile)
+    }
+
+    /// Runs `body` with the exclusive side held: no rwlock holder and no busy slot. The caller
+    /// must not hold the shared side.
     func withExclusive<R>(_ body: () throws -> R) rethrows -> R {
         pthread_mutex_lock(turnstile)
-        exclusiveWaiting.store(true, ordering: .relaxed)
+        exclusive.store(true, ordering: .sequentiallyConsistent)
         pthread_rwlock_wrlock(lock)
-        exclusiveWaiting.store(false, ordering: .relaxed)
-        pthread_mutex_unlock(turnstile)
-        defer { pthread_rwlock_unlock(lock) }
+        slots.waitUntilNoneBusy()
+        defer {
+            exclusive.store(false, ordering: .releasing)
+            pthread_rwlock_unlock(lock)
+            pthread_mutex_unlock(turnstile)
+        }
         return try body()
     }
 }

@@ -12,6 +12,7 @@ import Synchronization
 /// release of it takes the slow path (measured: 60–70 % of the wrapper's cost over `store[key]`).
 /// The store observation's callback holds the ``TrackedKey`` strongly (it holds
 /// nothing back), and the core is passed in by the reading wrapper, which keeps it alive.
+@usableFromInline
 final class KeyTracker: Sendable {
     /// The observed object; what the store observation's callback holds.
     let subject = TrackedKey()
@@ -23,7 +24,7 @@ final class KeyTracker: Sendable {
 
     /// Registers a read of the key with the Observation framework; the first read also starts
     /// the store observation that feeds it.
-    @inline(__always)
+    @usableFromInline
     func access(in core: StoreCore) {
         subject.access()
         if !isStarted.load(ordering: .acquiring) { startObserving(core) }
@@ -47,8 +48,12 @@ final class TrackedKey: Observable, Sendable {
     /// How many changes were seen; the observed property.
     var changeCount: Int { changes.load(ordering: .relaxed) }
 
+    /// Made once: a key-path literal is looked up (`swift_getKeyPath`) and released on every
+    /// evaluation, and the wrapper's read calls `access()` each time.
+    private static let changeCountPath: KeyPath<TrackedKey, Int> & Sendable = \.changeCount
+
     @inline(__always)
-    func access() { registrar.access(self, keyPath: \.changeCount) }
+    func access() { registrar.access(self, keyPath: Self.changeCountPath) }
 
     /// Tells tracked readers that the key changed.
     func changed() {

@@ -26,7 +26,7 @@ public struct PersistentDefault<Value: Sendable>: Sendable {
     public let store: PersistentDefaults
     /// The key the property reads and writes.
     public let key: PersistentDefaults.Key<Value>
-    private let tracker: KeyTracker
+    @usableFromInline let tracker: KeyTracker
 
     /// A property for a typed key.
     public init(_ key: PersistentDefaults.Key<Value>, in store: PersistentDefaults = .standard) {
@@ -48,6 +48,7 @@ public struct PersistentDefault<Value: Sendable>: Sendable {
     }
 
     /// The stored value, or the key's default.
+    @inlinable
     public var wrappedValue: Value {
         get {
             tracker.access(in: store.core)
