@@ -6,7 +6,6 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "PersistentDefaults", targets: ["PersistentDefaults"]),
-        .executable(name: "pd-demo", targets: ["pd-demo"]),
         .executable(name: "pdinspect", targets: ["pdinspect"]),
         .executable(name: "pdbench", targets: ["pdbench"]),
     ],
@@ -27,14 +26,28 @@ let package = Package(
             providers: [.apt(["libcurl4-openssl-dev"])]
         ),
         .target(name: "PersistentDefaults", dependencies: ["CLMDB", "CPlatform", "CCurl"]),
-        .executableTarget(name: "pd-demo", dependencies: ["PersistentDefaults"]),
-        .target(name: "PDReliability", dependencies: ["PersistentDefaults"]),
-        .executableTarget(name: "pd-worker", dependencies: ["PersistentDefaults", "PDReliability"]),
-        .executableTarget(name: "pd-crash", dependencies: ["PDReliability"]),
-        .executableTarget(name: "pd-fuzz", dependencies: ["PDReliability"]),
-        .executableTarget(name: "pd-power-cut", dependencies: ["PDReliability"]),
         .target(name: "PDInspectCore", dependencies: ["PersistentDefaults"]),
         .executableTarget(name: "pdinspect", dependencies: ["PDInspectCore"]),
+
+        // Not shipped: examples, test support, test fixtures, reliability drivers, the benchmark.
+        // The README's main job, run by `tools/demo`.
+        .executableTarget(name: "pd-demo", dependencies: ["PersistentDefaults"], path: "Examples/pd-demo"),
+        // What the test suites, the fixture, the reliability drivers and pdbench share: finding a
+        // built product, running a child process, temporary directories, exit codes, etcd
+        // members, and the kill-test, power-cut and fuzz logic.
+        .target(name: "PDTestSupport", dependencies: ["PersistentDefaults"], path: "Tests/Support"),
+        // A child process for the tests: writes to a store as another process would (one mode
+        // per job, listed in its main.swift).
+        .executableTarget(
+            name: "pd-fixture", dependencies: ["PersistentDefaults", "PDTestSupport"], path: "Tests/Fixtures/pd-fixture"
+        ),
+        // Reliability drivers, run by tools/crash-test, tools/power-cut and tools/fuzz.
+        .executableTarget(
+            name: "pd-kill-test", dependencies: ["PDTestSupport"], path: "tools/reliability/pd-kill-test"),
+        .executableTarget(
+            name: "pd-power-cut-test", dependencies: ["PDTestSupport"], path: "tools/reliability/pd-power-cut-test"),
+        .executableTarget(
+            name: "pd-decoder-fuzz", dependencies: ["PDTestSupport"], path: "tools/reliability/pd-decoder-fuzz"),
         .systemLibrary(
             name: "CSQLite",
             path: "Benchmarks/CSQLite",
@@ -43,15 +56,18 @@ let package = Package(
         ),
         .executableTarget(
             name: "pdbench",
-            dependencies: ["PersistentDefaults", "CLMDB", "CSQLite"],
+            dependencies: ["PersistentDefaults", "PDTestSupport", "CLMDB", "CSQLite"],
             path: "Benchmarks/pdbench"
         ),
         .testTarget(
             name: "PersistentDefaultsTests",
-            dependencies: ["PersistentDefaults", "PDReliability", "CLMDB", "pd-worker", "pd-power-cut", "pdinspect"]),
-        // Issue 16's example, compiled in a module that imports only PersistentDefaults.
+            dependencies: [
+                "PersistentDefaults", "PDTestSupport", "CLMDB", "pd-fixture", "pd-power-cut-test", "pdinspect",
+            ]),
+        // The fleet API as an application uses it, compiled in a module that imports only PersistentDefaults.
         .testTarget(name: "FleetContractTests", dependencies: ["PersistentDefaults"]),
-        .testTarget(name: "pdinspectTests", dependencies: ["PDInspectCore", "PersistentDefaults", "pdinspect"]),
+        .testTarget(
+            name: "pdinspectTests", dependencies: ["PDInspectCore", "PersistentDefaults", "PDTestSupport", "pdinspect"]),
     ],
     swiftLanguageModes: [.v6]
 )

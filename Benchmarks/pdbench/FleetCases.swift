@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import PDTestSupport
 import PersistentDefaults
 import Synchronization
 
@@ -10,34 +11,6 @@ let fleetCases: [BenchmarkCase] = [
     BenchmarkCase(name: "fleet/initial-copy-10000") { [try initialCopy($0)] },
     BenchmarkCase(name: "fleet/get-mirrored-key") { try mirroredReads($0) },
 ]
-
-/// One etcd member in a temporary directory, ended by process id.
-private final class EtcdServer {
-    let endpoint: String
-    private let process = Process()
-
-    init(directory: String) throws {
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/etcd") else {
-            throw BenchmarkFailure("etcd is not installed (run tools/setup)")
-        }
-        let (client, peer) = (Int.random(in: 20_000..<40_000), Int.random(in: 40_000..<60_000))
-        endpoint = "http://127.0.0.1:\(client)"
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/etcd")
-        process.arguments = [
-            "--data-dir", directory + "/etcd", "--listen-client-urls", endpoint, "--advertise-client-urls", endpoint,
-            "--listen-peer-urls", "http://127.0.0.1:\(peer)", "--initial-advertise-peer-urls",
-            "http://127.0.0.1:\(peer)", "--initial-cluster", "default=http://127.0.0.1:\(peer)",
-        ]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-    }
-
-    deinit {
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-    }
-}
 
 struct BenchmarkFailure: Error, CustomStringConvertible {
     var description: String
@@ -57,12 +30,12 @@ private func blocking(_ body: @escaping @Sendable () async throws -> Void) throw
 }
 
 /// A store with a started mirror of `/bench/` into `fleet.`.
-private func mirroredStore(_ path: String, _ server: EtcdServer) throws -> (PersistentDefaults, EtcdMirror) {
+private func mirroredStore(_ path: String, _ server: EtcdCluster) throws -> (PersistentDefaults, EtcdMirror) {
     var options = PersistentDefaults.Options()
     options.durability = .bounded(interval: .milliseconds(200))
     let store = try PersistentDefaults(path: path, options: options)
     let mirror = try EtcdMirror(
-        store: store, endpoints: [server.endpoint], etcdPrefix: "/bench/", localPrefix: "fleet.")
+        store: store, endpoints: server.endpoints, etcdPrefix: "/bench/", localPrefix: "fleet.")
     try blocking { try await mirror.start() }
     return (store, mirror)
 }
@@ -70,7 +43,7 @@ private func mirroredStore(_ path: String, _ server: EtcdServer) throws -> (Pers
 /// From a `set` through another host's mirror (the put to etcd) to this host's observer callback.
 private func putToObserver(_ context: RunContext) throws -> Measurement {
     try context.withTemporaryDirectory("fleet-delay") { path in
-        let server = try EtcdServer(directory: path)
+        let server = try EtcdCluster()
         let (writer, writerMirror) = try mirroredStore(path + "/writer", server)
         let (reader, readerMirror) = try mirroredStore(path + "/reader", server)
         _ = writer
@@ -102,7 +75,7 @@ private func putToObserver(_ context: RunContext) throws -> Measurement {
 /// `start()` of a new store's mirror over a prefix of 10,000 keys: one range, one commit.
 private func initialCopy(_ context: RunContext) throws -> Measurement {
     try context.withTemporaryDirectory("fleet-copy") { path in
-        let server = try EtcdServer(directory: path)
+        let server = try EtcdCluster()
         let (_, loader) = try mirroredStore(path + "/loader", server)
         for batch in 0..<100 {
             try blocking {
@@ -116,7 +89,7 @@ private func initialCopy(_ context: RunContext) throws -> Measurement {
         try blocking { try await loader.stop() }
         let store = try PersistentDefaults(path: path + "/copy")
         let mirror = try EtcdMirror(
-            store: store, endpoints: [server.endpoint], etcdPrefix: "/bench/", localPrefix: "fleet.")
+            store: store, endpoints: server.endpoints, etcdPrefix: "/bench/", localPrefix: "fleet.")
         let start = monotonicNanoseconds()
         try blocking { try await mirror.start() }
         let elapsed = Double(monotonicNanoseconds() - start)
@@ -131,7 +104,7 @@ private func initialCopy(_ context: RunContext) throws -> Measurement {
 /// A read of a mirrored key and of a key outside any mirror, interleaved.
 private func mirroredReads(_ context: RunContext) throws -> [Measurement] {
     try context.withTemporaryDirectory("fleet-read") { path in
-        let server = try EtcdServer(directory: path)
+        let server = try EtcdCluster()
         let (store, mirror) = try mirroredStore(path + "/store", server)
         let mirrored = PersistentDefaults.Key<Int>("fleet.value", default: 0)
         let other = PersistentDefaults.Key<Int>("local.value", default: 0)

@@ -1,4 +1,5 @@
 import Foundation
+import PDTestSupport
 import PersistentDefaults
 import Synchronization
 
@@ -29,35 +30,9 @@ let observerCases: [BenchmarkCase] = [
 
 /// A child `pdbench` that observes `key` of the store at `path` and prints "ready"; with
 /// `seconds` > 0 it then idles that long and prints "cpu PERCENT", else it waits for its
-/// standard input to close.
-private final class ObservingChild {
-    let process = Process()
-    private let input = Pipe()
-    private let output = Pipe()
-
-    init(path: String, key: String, seconds: Int) throws {
-        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        process.arguments = [childObserveFlag, path, key, String(seconds)]
-        process.standardInput = input
-        process.standardOutput = output
-        try process.run()
-    }
-
-    /// Reads standard output until a line starting with `prefix`; returns the line.
-    func line(startingWith prefix: String) -> String? {
-        var text = ""
-        while true {
-            let data = output.fileHandleForReading.availableData
-            if data.isEmpty { return nil }
-            text += String(decoding: data, as: UTF8.self)
-            if let line = text.split(separator: "\n").first(where: { $0.hasPrefix(prefix) }) { return String(line) }
-        }
-    }
-
-    func finish() {
-        try? input.fileHandleForWriting.close()
-        process.waitUntilExit()
-    }
+/// standard input to close (`closeInput()`).
+private func observingChild(path: String, key: String, seconds: Int) throws -> ChildProcess {
+    try ChildProcess(Products.currentExecutable, [childObserveFlag, path, key, String(seconds)], input: .open)
 }
 
 /// A bounded `set` of "key" while `count` other processes observe `key` and sleep on the
@@ -69,8 +44,13 @@ private func setWhileOtherProcessesObserve(
         var options = PersistentDefaults.Options()
         options.durability = .bounded(interval: .seconds(1))
         let store = try PersistentDefaults(path: path, options: options)
-        let children = try (0..<count).map { _ in try ObservingChild(path: path, key: key, seconds: 0) }
-        defer { for child in children { child.finish() } }
+        let children = try (0..<count).map { _ in try observingChild(path: path, key: key, seconds: 0) }
+        defer {
+            for child in children {
+                child.closeInput()
+                _ = child.waitForExit()
+            }
+        }
         for child in children where child.line(startingWith: "ready") == nil {
             throw BenchmarkError.setup("an observing child failed")
         }
@@ -86,8 +66,8 @@ private func idleCPU(_ context: RunContext) throws -> Measurement {
     try context.withTemporaryDirectory("observers-idle") { path in
         _ = try PersistentDefaults(path: path)
         let seconds = context.quick ? 2 : 10
-        let child = try ObservingChild(path: path, key: "key", seconds: seconds)
-        defer { child.finish() }
+        let child = try observingChild(path: path, key: "key", seconds: seconds)
+        defer { _ = child.waitForExit() }
         guard let line = child.line(startingWith: "cpu "), let percent = Double(line.dropFirst(4)) else {
             throw BenchmarkError.setup("the idle child failed")
         }
@@ -110,16 +90,10 @@ func runObserveChild(path: String, key: String, seconds: Int) -> Int32 {
     print("ready")
     fflush(nil)
     if seconds > 0 {
-        var usage = rusage()
-        func cpu() -> Double {
-            getrusage(RUSAGE_SELF.rawValue, &usage)
-            return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
-                + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
-        }
-        let before = cpu()
+        let before = cpuSeconds()
         // Measuring idle cost: waiting out the interval is the point, not synchronisation.
         Thread.sleep(forTimeInterval: Double(seconds))
-        print("cpu \((cpu() - before) / Double(seconds) * 100)")
+        print("cpu \((cpuSeconds() - before) / Double(seconds) * 100)")
         fflush(nil)
     } else {
         _ = FileHandle.standardInput.readDataToEndOfFile()  // Until the parent closes the pipe.
@@ -191,12 +165,10 @@ private func delayCrossProcess(_ context: RunContext) throws -> Measurement {
             }
             if arrived == count { allArrived.signal() }
         }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        process.arguments = [childStampFlag, path, String(count)]
-        try process.run()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { throw BenchmarkError.setup("the stamping child failed") }
+        let stamping = try runProcess(Products.currentExecutable, [childStampFlag, path, String(count)])
+        guard stamping.exitedNormally, stamping.status == 0 else {
+            throw BenchmarkError.setup("the stamping child failed")
+        }
         // The last callbacks may still be on their way: wait for them, at most 5 s.
         _ = allArrived.wait(timeout: .now() + 5)
         token.cancel()

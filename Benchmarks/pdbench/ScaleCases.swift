@@ -1,4 +1,5 @@
 import Foundation
+import PDTestSupport
 import PersistentDefaults
 
 /// `scale/<n>-keys/…`: a store holding n Int keys — get p50, open time, file size — and
@@ -160,16 +161,9 @@ private func userDefaultsOpen(count: Int, names prefix: String) throws -> [Measu
 }
 
 private func childMeasuresUserDefaultsOpen(suite: String) throws -> Double {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-    process.arguments = [childOpenFlag, suite]
-    let output = Pipe()
-    process.standardOutput = output
-    try process.run()
-    let data = output.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    guard process.terminationStatus == 0,
-        let nanoseconds = Double(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+    let child = try runProcess(Products.currentExecutable, [childOpenFlag, suite])
+    guard child.exitedNormally, child.status == 0,
+        let nanoseconds = Double(child.output.trimmingCharacters(in: .whitespacesAndNewlines))
     else {
         throw BenchmarkError.setup("the UserDefaults open child failed")
     }

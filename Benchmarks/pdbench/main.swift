@@ -1,18 +1,12 @@
 import Foundation
-
-/// How the process ends.
-enum ExitCode: Int32 {
-    case success = 0
-    case caseFailed = 1
-    case usage = 64
-}
+import PDTestSupport
 
 /// Runs the selected cases, prints the table and ratios, writes the requested files.
-func runBenchmarks(_ options: RunOptions) -> ExitCode {
+func runBenchmarks(_ options: RunOptions) -> ToolExitCode {
     let header = RunHeader.current(quick: options.quick)
     for line in header.lines { print(line) }
     print("")
-    let root = FileManager.default.temporaryDirectory.path + "/pdbench-" + UUID().uuidString.prefix(8)
+    let root = temporaryPath("pdbench")
     defer { try? FileManager.default.removeItem(atPath: root) }  // Best effort: each case removes its own.
     let context = RunContext(quick: options.quick, root: root)
     func selected(_ name: String) -> Bool {
@@ -51,12 +45,12 @@ func runBenchmarks(_ options: RunOptions) -> ExitCode {
         if let path = options.svgPath { try writeSVG(report, to: path) }
     } catch {
         print("could not write the output files: \(error)")
-        return .caseFailed
+        return .checkFailed
     }
-    return failures.isEmpty ? .success : .caseFailed
+    return failures.isEmpty ? .success : .checkFailed
 }
 
-let exitCode: ExitCode
+let exitCode: ToolExitCode
 switch parseArguments(Array(CommandLine.arguments.dropFirst())) {
 case .success(.help):
     print(usage)
@@ -73,4 +67,4 @@ case .failure(let error):
     FileHandle.standardError.write(Data("pdbench: \(error)\n\(usage)\n".utf8))
     exitCode = .usage
 }
-exit(exitCode.rawValue)
+exitCode.exit()

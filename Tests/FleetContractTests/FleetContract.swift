@@ -1,9 +1,9 @@
 import PersistentDefaults
 import Testing
 
-// The code of issue 16, exactly as a user writes it in their own module (this test target
+// The fleet API (`EtcdMirror`), exactly as a user writes it in their own module (this test target
 // imports nothing but PersistentDefaults). It must compile; its behaviour is tested against a
-// real etcd in PersistentDefaultsTests/MirrorTests. The two bare reads of the issue
+// real etcd in PersistentDefaultsTests/MirrorTests. The two bare reads of that code
 // (`store[.maxConnections]`, `mirror.state`) carry `_ =` here: as bare statements they compile
 // too, with Swift's "unused" warning, and this package builds without warnings.
 
@@ -35,7 +35,7 @@ func fleetContract() async throws {
     _ = token
 }
 
-@Test func theIssueSixteenContractCompilesInAUsersModule() {
+@Test func theFleetAPICompilesInAUsersModule() {
     let example: () async throws -> Void = fleetContract
     #expect(type(of: example) == (() async throws -> Void).self)
 }

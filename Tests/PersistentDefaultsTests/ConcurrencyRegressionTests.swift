@@ -1,9 +1,10 @@
 import Foundation
+import PDTestSupport
 import PersistentDefaults
 import Synchronization
 import Testing
 
-/// Regression tests for the group-commit and observer defects of issue 10: each ran into the
+/// Regression tests for defects once found in group commit and observer delivery: each ran into the
 /// defect before its fix (a failed expectation or a timeout, never a hang of the suite).
 @Suite struct ConcurrencyRegressionTests {
     /// Runs `body(thread)` on `count` threads at once and waits for all of them.
@@ -146,7 +147,7 @@ import Testing
             let changes = Events<KeyChange<Int>>()
             let token = store.observe(.launchCount) { changes.append($0) }
             // Another process's commit reaches this process only through the watcher.
-            #expect(try runProduct("pd-worker", ["increment", path, "launchCount", "1"]).status == 0)
+            #expect(try runFixture(["increment", path, "launchCount", "1"]).status == 0)
             #expect(changes.wait(forCount: 1))
             #expect(changes.all.first.map { $0.newValue == $0.oldValue + 1 } == true)
             _ = token
@@ -154,9 +155,8 @@ import Testing
     }
 
     @Test func aDamagedLogRecordIsReportedOnceAndObserversKeepGoing() throws {
-        let hasPythonLMDB = (try? runPython("import lmdb")) == 0
         try withTemporaryStore { store, path, errors throws in
-            guard hasPythonLMDB else {
+            guard pythonHasLMDB else {
                 Issue.record("python3 with the lmdb package is required (tools/setup installs it)")
                 return
             }
@@ -174,7 +174,7 @@ import Testing
                     txn.put((2).to_bytes(8, "big"), b"\\x01garbage", db=log)
                     txn.put(b"launchCount", bytes([2]) + (5).to_bytes(8, "big"), db=values)
                 """
-            #expect(try runPython(script, path) == 0)
+            #expect(try runPython(script, [path]) == 0)
             #expect(changes.wait(forCount: 2))  // the unlogged change, found by comparing
             for value in 6...8 { store[.launchCount] = value }
             #expect(changes.wait(forCount: 5))
@@ -209,7 +209,7 @@ import Testing
                         done.append(true)
                     }
                 }
-                #expect(try runProduct("pd-worker", ["increment", path, "launchCount", "1"]).status == 0)
+                #expect(try runFixture(["increment", path, "launchCount", "1"]).status == 0)
                 #expect(done.wait(forCount: 1))
             }
             // The last handle is gone: the store closes while its watcher may still be running.
@@ -230,7 +230,7 @@ import Testing
                 finished.append(proceed.wait(timeout: .now() + 5) == .success)
             }
             // Another process's commit: delivered on the watcher thread.
-            #expect(try runProduct("pd-worker", ["increment", path, "launchCount", "1"]).status == 0)
+            #expect(try runFixture(["increment", path, "launchCount", "1"]).status == 0)
             #expect(entered.wait(timeout: .now() + 10) == .success)
             token.cancel()  // used to join the watcher thread, which waited for this thread
             proceed.signal()
@@ -284,9 +284,9 @@ import Testing
     @Test func openStandardThrowsWhereStandardWouldStandIn() throws {
         try withTemporaryDirectory { path in
             try Data("not a directory".utf8).write(to: URL(fileURLWithPath: path))
-            let result = try runProduct("pd-worker", ["open-standard"], environment: ["PERSISTENT_DEFAULTS_PATH": path])
+            let result = try runFixture(["open-standard"], environment: ["PERSISTENT_DEFAULTS_PATH": path])
             #expect(result.status == 3)
-            #expect(result.stderr.contains("not a directory") || result.stderr.contains("notAStore"))
+            #expect(result.output.contains("not a directory") || result.output.contains("notAStore"))
             #expect(try String(contentsOfFile: path, encoding: .utf8) == "not a directory")
         }
     }

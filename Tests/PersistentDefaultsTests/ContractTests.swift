@@ -1,8 +1,9 @@
 import Foundation
+import PDTestSupport
 import PersistentDefaults
 import Testing
 
-// The code of the core engine issue, exactly as a user writes it in their own module.
+// The store's main API, exactly as a user writes it in their own module.
 
 enum Theme: String, Codable, Sendable { case light, dark, system }
 struct WindowFrame: Codable, Equatable, Sendable {
@@ -35,7 +36,7 @@ extension PersistentDefaultsKey where Self == LegacyFlagKey { static var legacyF
 let retries = PersistentDefaults.Key<Int>("retries", default: 3)  // keys can also be made at run time
 
 @Suite struct ContractTests {
-    @Test func theIssueExampleBehavesAsItsCommentsSay() throws {
+    @Test func theMainAPIBehavesAsItsCommentsSay() throws {
         try withTemporaryDirectory { dir in
             let store = try PersistentDefaults(path: dir)  // a directory; created if missing
             #expect(FileManager.default.fileExists(atPath: dir + "/data.mdb"))

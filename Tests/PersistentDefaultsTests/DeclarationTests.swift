@@ -1,4 +1,5 @@
 import Foundation
+import PDTestSupport
 import PersistentDefaults
 import Testing
 
@@ -11,7 +12,7 @@ extension PersistentDefaults.Keys {
 }
 
 @Suite struct DeclarationTests {
-    @Test func theIssueContractRecordsNameTypeDefaultAndSummary() throws {
+    @Test func declaringKeysRecordsNameTypeDefaultAndSummary() throws {
         try withTemporaryStore { store, _, _ in
             try store.declare(.launchCount, .theme, .frame)
             try store.declare(.maxConnections, summary: "Upper bound on open client connections")

@@ -1,4 +1,5 @@
 import Foundation
+import PDTestSupport
 import Testing
 
 @testable import PersistentDefaults
@@ -135,12 +136,13 @@ struct MirrorTests {
     }
 
     /// A mirror of the store in another process (`pdinspect mirror`), started first and live.
-    private func mirrorProcess(_ path: String, _ etcd: EtcdCluster) async throws -> Child {
-        let child = try Child(
+    private func mirrorProcess(_ path: String, _ etcd: EtcdCluster) async throws -> ChildProcess {
+        let child = try ChildProcess(
+            Products.pdinspect,
             [
                 "mirror", path, "--etcd", etcd.endpoints.joined(separator: ","), "--etcd-prefix", "/fleet/svc/",
                 "--local-prefix", "fleet.",
-            ], executable: productsDirectory.appendingPathComponent("pdinspect"))
+            ])
         let store = try PersistentDefaults(path: path)
         let revision = try etcd.put("/fleet/svc/ready", typedInt(1))
         try await waitUntil("the other process's mirror applied a revision", timeout: .seconds(20)) {

@@ -1,4 +1,5 @@
 import Foundation
+import PDTestSupport
 import PersistentDefaults
 import Synchronization
 import Testing
@@ -177,7 +178,7 @@ private let queueKey = DispatchSpecificKey<Bool>()
             let commits = Events<CommitRecord>()
             let tokens = [store.observe(counter) { changes.append($0) }, store.observeCommits { commits.append($0) }]
             store[counter] = 10
-            #expect(try runProduct("pd-worker", ["increment", path, "counter", "3"]).status == 0)
+            #expect(try runFixture(["increment", path, "counter", "3"]).status == 0)
             #expect(changes.wait(forCount: 4))
             #expect(
                 changes.all.map { [$0.oldValue, $0.newValue, Int($0.sequence)] } == [
@@ -204,10 +205,9 @@ private let queueKey = DispatchSpecificKey<Bool>()
                     release.wait()  // hold the watcher while the other process runs far ahead
                 }
             }
-            #expect(try runProduct("pd-worker", ["increment", path, "counter", "1"]).status == 0)
+            #expect(try runFixture(["increment", path, "counter", "1"]).status == 0)
             #expect(first.wait(timeout: .now() + 10) == .success)
-            let result = try runProduct(
-                "pd-worker", ["increment", path, "counter", "40"], environment: ["PD_LOG_RETENTION": "5"])
+            let result = try runFixture(["increment", path, "counter", "40"], environment: ["PD_LOG_RETENTION": "5"])
             #expect(result.status == 0)
             release.signal()
             // Records 2…36 were pruned: the change across them arrives as one (1 → 37, merged),
@@ -221,9 +221,8 @@ private let queueKey = DispatchSpecificKey<Bool>()
     }
 
     @Test func aWriteThatBypassesTheLogIsNoticedForObservedKeys() throws {
-        let hasPythonLMDB = (try? runPython("import lmdb")) == 0
         try withTemporaryStore { store, path, _ throws in
-            guard hasPythonLMDB else {
+            guard pythonHasLMDB else {
                 Issue.record("python3 with the lmdb package is required (tools/setup installs it)")
                 return
             }
@@ -239,11 +238,6 @@ private let queueKey = DispatchSpecificKey<Bool>()
     }
 }
 
-/// Runs a Python script; returns its exit status.
-func runPython(_ script: String, _ arguments: String...) throws -> Int32 {
-    try runProcess(URL(fileURLWithPath: "/usr/bin/env"), ["python3", "-c", script] + arguments).status
-}
-
 /// Stores the Int `value` under `key` with Python's `lmdb`, a client that writes no commit-log
 /// record and does not know the wake-up channel; returns the script's exit status.
 func setIntBypassingTheLog(_ path: String, key: String, value: Int) throws -> Int32 {
@@ -254,5 +248,5 @@ func setIntBypassingTheLog(_ path: String, key: String, value: Int) throws -> In
         with env.begin(write=True) as txn:
             txn.put(sys.argv[2].encode(), bytes([2]) + int(sys.argv[3]).to_bytes(8, "big"), db=db)
         """
-    return try runPython(script, path, key, String(value))
+    return try runPython(script, [path, key, String(value)])
 }

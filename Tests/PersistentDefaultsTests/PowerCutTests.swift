@@ -1,5 +1,5 @@
 import Foundation
-import PDReliability
+import PDTestSupport
 import Testing
 
 /// `pcdisk.so`, compiled once from tools/power-cut-disk/pcdisk.c into a temporary directory;
@@ -7,7 +7,7 @@ import Testing
 private let simulatedDisk: String? = {
     let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("tools/power-cut-disk/pcdisk.c").path
-    let output = FileManager.default.temporaryDirectory.appendingPathComponent("pcdisk-\(UUID().uuidString).so").path
+    let output = temporaryPath("pcdisk") + ".so"
     let result = try? runProcess(
         URL(fileURLWithPath: "/usr/bin/gcc"),
         [
@@ -17,10 +17,10 @@ private let simulatedDisk: String? = {
     return result?.status == 0 ? output : nil
 }()
 
-/// Runs `pd-power-cut` with the simulated disk; its exit status and output.
+/// Runs `pd-power-cut-test` with the simulated disk; its exit status and output.
 private func powerCut(_ arguments: [String]) throws -> ProcessResult {
     try runProcess(
-        productsDirectory.appendingPathComponent("pd-power-cut"), arguments + ["--disk", simulatedDisk ?? "-"])
+        Products.url("pd-power-cut-test"), arguments + ["--disk", simulatedDisk ?? "-"])
 }
 
 /// The figure after `label` in the driver's summary, such as `acknowledged commits checked present`.

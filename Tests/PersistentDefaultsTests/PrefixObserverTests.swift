@@ -1,4 +1,5 @@
 import Foundation
+import PDTestSupport
 import PersistentDefaults
 import Testing
 
@@ -53,8 +54,8 @@ import Testing
         try withTemporaryStore { store, path, _ throws in
             let records = Events<CommitRecord>()
             let token = store.observe(prefix: "fleet.") { records.append($0) }
-            #expect(try runProduct("pd-worker", ["increment", path, "fleet.counter", "3"]).status == 0)
-            #expect(try runProduct("pd-worker", ["increment", path, "other", "1"]).status == 0)
+            #expect(try runFixture(["increment", path, "fleet.counter", "3"]).status == 0)
+            #expect(try runFixture(["increment", path, "other", "1"]).status == 0)
             store[maxConnections] = 7
             #expect(records.wait(forCount: 4))
             #expect(records.all.map(\.sequence) == [1, 2, 3, 5])

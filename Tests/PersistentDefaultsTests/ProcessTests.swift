@@ -1,4 +1,5 @@
 import Foundation
+import PDTestSupport
 import PersistentDefaults
 import Testing
 
@@ -7,13 +8,13 @@ import Testing
         try await withTemporaryDirectoryAsync { path in
             let store = try PersistentDefaults(path: path)
             let counter = PersistentDefaults.Key<Int>("counter", default: 0)
-            async let first = Task.detached { try runProduct("pd-worker", ["increment", path, "counter", "200"]) }.value
-            async let second = Task.detached { try runProduct("pd-worker", ["increment", path, "counter", "200"]) }
+            async let first = Task.detached { try runFixture(["increment", path, "counter", "200"]) }.value
+            async let second = Task.detached { try runFixture(["increment", path, "counter", "200"]) }
                 .value
             // This process increments at the same time.
             for _ in 0..<100 { try store.write { $0[counter] += 1 } }
             let results = try await [first, second]
-            #expect(results.map(\.status) == [0, 0], "\(results.map(\.stderr))")
+            #expect(results.map(\.status) == [0, 0], "\(results.map(\.output))")
             #expect(store[counter] == 500)
             #expect(try store.lastSequence() == 500)
             let pids = Set(try store.commits(after: 0).map(\.processID))
@@ -23,8 +24,8 @@ import Testing
 
     @Test func valuesCommittedByAnEndedProcessAreThereOnReopen() throws {
         try withTemporaryDirectory { path throws in
-            let result = try runProduct("pd-worker", ["set-int", path, "answer", "42"])
-            #expect(result.status == 0, "\(result.stderr)")
+            let result = try runFixture(["set-int", path, "answer", "42"])
+            #expect(result.status == 0, "\(result.output)")
             let store = try PersistentDefaults(path: path)
             #expect(store[PersistentDefaults.Key<Int>("answer", default: 0)] == 42)
             #expect(try store.commits(after: 0).first?.processID != getpid())
@@ -36,8 +37,8 @@ import Testing
             let store = try PersistentDefaults(path: path)  // 1 MiB map
             store[.launchCount] = 1
             let mapBefore = try store.statistics().mapSize
-            let result = try runProduct("pd-worker", ["set-bytes", path, "blob", "\(8 << 20)"])
-            #expect(result.status == 0, "\(result.stderr)")
+            let result = try runFixture(["set-bytes", path, "blob", "\(8 << 20)"])
+            #expect(result.status == 0, "\(result.output)")
             let blob = PersistentDefaults.Key<Data>("blob", default: Data())
             #expect(try store.value(for: blob).count == 8 << 20)
             store[.launchCount] = 2
@@ -47,9 +48,9 @@ import Testing
     }
 
     @Test func workerUsageErrorsExitWithTwo() throws {
-        #expect(try runProduct("pd-worker", ["frobnicate"]).status == 2)
+        #expect(try runFixture(["frobnicate"]).status == 2)
         try withTemporaryDirectory { path throws in
-            #expect(try runProduct("pd-worker", ["frobnicate", path, "k", "1"]).status == 2)
+            #expect(try runFixture(["frobnicate", path, "k", "1"]).status == 2)
         }
     }
 }
@@ -144,7 +145,7 @@ let canTrace: Bool = {
         }
     }
 
-    /// Runs `pd-worker arguments` under strace; returns the names of its write and sync calls on
+    /// Runs `pd-fixture arguments` under strace; returns the names of its write and sync calls on
     /// `data.mdb`, in order (lines look like `1234  fdatasync(4</tmp/…/data.mdb>) = 0`).
     private func dataFileCalls(of arguments: [String], path: String) throws -> [String] {
         let trace = path + ".strace"
@@ -152,7 +153,7 @@ let canTrace: Bool = {
         let result = try runProcess(
             URL(fileURLWithPath: "/usr/bin/strace"),
             ["-f", "-y", "-qq", "-o", trace, "-e", "trace=pwrite64,pwritev,write,writev,fdatasync,fsync,msync"]
-                + [productsDirectory.appendingPathComponent("pd-worker").path] + arguments)
+                + [Products.fixture.path] + arguments)
         #expect(result.status == 0 && result.exitedNormally, "\(result.output)")
         return try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n")
             .filter { $0.contains("/data.mdb>") }

@@ -1,4 +1,5 @@
 import Foundation
+import PDTestSupport
 import PersistentDefaults
 import Synchronization
 import Testing
@@ -91,8 +92,8 @@ struct ReadGateTests {
                 }
             }
             for (index, size) in [3 << 20, 6 << 20, 12 << 20].enumerated() {
-                let result = try runProduct("pd-worker", ["set-bytes", path, "blob\(index)", "\(size)"])
-                #expect(result.status == 0, "\(result.stderr)")
+                let result = try runFixture(["set-bytes", path, "blob\(index)", "\(size)"])
+                #expect(result.status == 0, "\(result.output)")
             }
             // Reads after the growth, on every reader thread, before they stop.
             let afterGrowth = reads.value

@@ -1,5 +1,5 @@
 import Foundation
-import PDReliability
+import PDTestSupport
 import PersistentDefaults
 import Synchronization
 import Testing
@@ -7,7 +7,7 @@ import Testing
 /// Whether this process may mount a tmpfs (root with CAP_SYS_ADMIN), tried once.
 private let canMountTmpfs: Bool = {
     guard geteuid() == 0 else { return false }
-    let probe = FileManager.default.temporaryDirectory.appendingPathComponent("pd-probe-\(UUID().uuidString)").path
+    let probe = temporaryPath("pd-probe")
     defer { try? FileManager.default.removeItem(atPath: probe) }
     guard (try? FileManager.default.createDirectory(atPath: probe, withIntermediateDirectories: false)) != nil,
         (try? command("/bin/mount", ["-t", "tmpfs", "-o", "size=64k", "tmpfs", probe])) == 0
@@ -29,7 +29,7 @@ struct ConcurrencyReliabilityTests {
     @Test func groupCommittedSetsThatReturnedSurviveAKill() throws {
         try withTemporaryDirectory { path throws in
             for round in 0..<3 {
-                let child = try Child(["set-loop", path, "4"])
+                let child = try ChildProcess(fixture: ["set-loop", path, "4"])
                 #expect(child.wait(for: "ack 3 \(20 * (round + 1))"), "\(child.text.suffix(200))")
                 child.kill()
                 var acknowledged: [String: Int] = [:]
@@ -71,15 +71,14 @@ struct ConcurrencyReliabilityTests {
             }
             let workers = (0..<4).map { _ in
                 Task.detached {
-                    try runProduct(
-                        "pd-worker", ["hammer", path, "4", "500"], environment: ["PD_DURABILITY": "bounded"])
+                    try runFixture(["hammer", path, "4", "500"], environment: ["PD_DURABILITY": "bounded"])
                 }
             }
-            var results: [(status: Int32, stderr: String)] = []
+            var results: [ProcessResult] = []
             for worker in workers { results.append(try await worker.value) }
             finished.store(true, ordering: .releasing)
             #expect(readerDone.wait(timeout: .now() + 10) == .success)
-            #expect(results.map(\.status) == [0, 0, 0, 0], "\(results.map(\.stderr))")
+            #expect(results.map(\.status) == [0, 0, 0, 0], "\(results.map(\.output))")
             #expect(try store.read { [$0[counter], $0[mirror]] } == [8_000, 8_000])
             #expect(try store.lastSequence() == 8_000)
             #expect(torn.value == 0)
@@ -136,7 +135,7 @@ struct FaultReliabilityTests {
 
     @Test func aFileSizeLimitGivesAClearErrorAndEarlierDataSurvives() throws {
         try withTemporaryDirectory { path throws in
-            let child = try Child(["fill", path, "\(512 << 10)"])
+            let child = try ChildProcess(fixture: ["fill", path, "\(512 << 10)"])
             child.process.waitUntilExit()
             #expect(child.wait(for: "error:"))
             #expect(child.process.terminationStatus == 0, "\(child.text)")
@@ -170,10 +169,9 @@ struct FaultReliabilityTests {
             try store.set(7, for: PersistentDefaults.Key<Int>("answer", default: 0))
         }
         // The worker must be reachable by nobody: copy it next to the store's parent.
-        let worker = "/tmp/pd-worker-\(UUID().uuidString)"
+        let worker = "/tmp/pd-fixture-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: worker) }
-        try FileManager.default.copyItem(
-            atPath: productsDirectory.appendingPathComponent("pd-worker").path, toPath: worker)
+        try FileManager.default.copyItem(atPath: Products.fixture.path, toPath: worker)
         #expect(try command("/bin/chown", ["-R", "65534:65534", path]) == 0)
         #expect(
             chmod(path + "/data.mdb", 0o400) == 0 && chmod(path + "/lock.mdb", 0o400) == 0 && chmod(path, 0o500) == 0)
@@ -201,10 +199,9 @@ struct FaultReliabilityTests {
         let path = "/tmp/pd-readonly-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: path) }
         do { try PersistentDefaults(path: path).set(7, for: PersistentDefaults.Key<Int>("answer", default: 0)) }
-        let worker = "/tmp/pd-worker-\(UUID().uuidString)"
+        let worker = "/tmp/pd-fixture-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: worker) }
-        try FileManager.default.copyItem(
-            atPath: productsDirectory.appendingPathComponent("pd-worker").path, toPath: worker)
+        try FileManager.default.copyItem(atPath: Products.fixture.path, toPath: worker)
         #expect(try command("/bin/chown", ["-R", "65534:65534", path]) == 0)
         #expect(
             chmod(path + "/data.mdb", 0o400) == 0 && chmod(path + "/lock.mdb", 0o400) == 0 && chmod(path, 0o500) == 0)
@@ -216,7 +213,7 @@ struct FaultReliabilityTests {
             ).output
         }
         // Root ignores the modes, so this writer opens the store with its lock file.
-        let writer = try Child(["crash-writer", path, "5"], environment: ["PD_DURABILITY": "bounded"])
+        let writer = try ChildProcess(fixture: ["crash-writer", path, "5"], environment: ["PD_DURABILITY": "bounded"])
         #expect(writer.wait(for: "ack 20 "), "\(writer.text.suffix(200))")
         let refused = try probe()
         writer.kill()
@@ -237,7 +234,7 @@ struct FaultReliabilityTests {
             let answer = PersistentDefaults.Key<Int>("answer", default: -1)
             let blob = PersistentDefaults.Key<Data>("blob", default: Data())
             do { try PersistentDefaults(path: path).set(7, for: answer) }
-            let child = try Child(["map-under-limit", path])
+            let child = try ChildProcess(fixture: ["map-under-limit", path])
             defer { if child.process.isRunning { child.kill() } }
             #expect(child.wait(for: "limited"), "\(child.text)")
             do {
@@ -268,7 +265,8 @@ struct FaultReliabilityTests {
     /// truncated one: the meta pages may name pages written after the file size was taken.
     @Test func checkingAStoreThatAnotherProcessIsGrowingNeverCallsItTruncated() throws {
         try withTemporaryDirectory { path throws in
-            let writer = try Child(["crash-writer", path, "11"], environment: ["PD_DURABILITY": "bounded"])
+            let writer = try ChildProcess(
+                fixture: ["crash-writer", path, "11"], environment: ["PD_DURABILITY": "bounded"])
             defer { writer.kill() }
             #expect(writer.wait(for: "ack 100 "))
             var failures: [String] = []
@@ -304,8 +302,8 @@ struct FaultReliabilityTests {
                 done.signal()
             }
             for (index, size) in [3 << 20, 6 << 20, 12 << 20].enumerated() {
-                let result = try runProduct("pd-worker", ["set-bytes", path, "blob\(index)", "\(size)"])
-                #expect(result.status == 0, "\(result.stderr)")
+                let result = try runFixture(["set-bytes", path, "blob\(index)", "\(size)"])
+                #expect(result.status == 0, "\(result.output)")
             }
             finished.store(true, ordering: .releasing)
             #expect(done.wait(timeout: .now() + 10) == .success)
@@ -356,10 +354,12 @@ struct FaultReliabilityTests {
             do { try PersistentDefaults(path: path, options: options).set(3, for: .launchCount) }
             let environment = ["PD_MAX_READERS": "5"]
             // A live process keeps the lock file in use, so that LMDB does not reset the table.
-            let keeper = try Child(["hold-read", path], environment: environment)
+            let keeper = try ChildProcess(fixture: ["hold-read", path], environment: environment)
             defer { keeper.kill() }
             #expect(keeper.wait(for: "holding"))
-            let victims = try (0..<4).map { _ in try Child(["hold-read", path], environment: environment) }
+            let victims = try (0..<4).map { _ in
+                try ChildProcess(fixture: ["hold-read", path], environment: environment)
+            }
             for victim in victims { #expect(victim.wait(for: "holding")) }
             for victim in victims { victim.kill() }
             // Every slot is now taken: one live reader and four dead ones.
@@ -431,7 +431,7 @@ struct BadInputReliabilityTests {
         try withTemporaryDirectory { directory throws in
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
             let result = try runProcess(
-                productsDirectory.appendingPathComponent("pd-worker"), ["set-int", relative, "answer", "42"],
+                Products.fixture, ["set-int", relative, "answer", "42"],
                 directory: directory)
             #expect(result.exitedNormally && result.status == 0, "\(result.output)")
             let store = try PersistentDefaults(path: directory + "/" + relative)

@@ -1,5 +1,6 @@
 import CLMDB
 import Foundation
+import PDTestSupport
 import PersistentDefaults
 import Testing
 

@@ -1,4 +1,5 @@
 import Foundation
+import PDTestSupport
 import PersistentDefaults
 import Testing
 
@@ -62,12 +63,12 @@ import Testing
     }
 
     @Test func theStandardStorePointedAtATemporaryOneIsRemovedAtANormalExit() throws {
-        // pd-worker makes a temporary store the standard one (the recipe in GettingStarted.md), writes
+        // pd-fixture makes a temporary store the standard one (the recipe in GettingStarted.md), writes
         // through `standard`, prints the path and exits without releasing it.
-        let result = try runProduct("pd-worker", ["temporary-standard"])
-        #expect(result.status == 0, "\(result.stderr)")
+        let result = try runFixture(["temporary-standard"])
+        #expect(result.status == 0, "\(result.output)")
         let path = try #require(
-            result.stderr.split(separator: "\n").first { $0.hasPrefix("/") }.map(String.init), "\(result.stderr)")
+            result.output.split(separator: "\n").first { $0.hasPrefix("/") }.map(String.init), "\(result.output)")
         #expect(!FileManager.default.fileExists(atPath: path), "removed by the exit handler")
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import PDTestSupport
 import Testing
 
 @testable import PersistentDefaults
@@ -96,14 +97,14 @@ import Testing
             let seen = Events<KeyChange<Int>>()
             let token = store.observe(watched) { seen.append($0) }
             defer { token.cancel() }
-            #expect(try runProduct("pd-worker", ["increment", path, "other", "300"]).status == 0)
+            #expect(try runFixture(["increment", path, "other", "300"]).status == 0)
             let registry = store.core.observers
             #expect(registry.pass(through: 300, core: store.core))
             #expect(registry.passedRecords.load(ordering: .relaxed) == 300)
             #expect(registry.logReads.load(ordering: .relaxed) == 0)
             #expect(registry.deliveredSequence == 300)
             // A commit of the observed key wakes the watcher, which reads just that record.
-            #expect(try runProduct("pd-worker", ["set-int", path, "watched", "7"]).status == 0)
+            #expect(try runFixture(["set-int", path, "watched", "7"]).status == 0)
             #expect(seen.wait(forCount: 1))
             #expect(seen.all.map { [$0.oldValue, $0.newValue] } == [[0, 7]])
             #expect(seen.all.map(\.sequence) == [301])
@@ -129,9 +130,9 @@ import Testing
         // The writer may write the store but not the channel file: it logs without announcing.
         #expect(chmod(path, 0o755) == 0 && chmod(path + "/data.mdb", 0o666) == 0)
         #expect(chmod(path + "/lock.mdb", 0o666) == 0 && chmod(path + "/notify", 0o444) == 0)
-        let worker = "/tmp/pd-worker-\(UUID().uuidString)"
+        let worker = "/tmp/pd-fixture-\(UUID().uuidString)"
         try FileManager.default.copyItem(
-            atPath: productsDirectory.appendingPathComponent("pd-worker").path, toPath: worker)
+            atPath: Products.fixture.path, toPath: worker)
         defer { unlink(worker) }
         let write = ["set-int", path, "watched", "5"]
         let unannounced =
@@ -142,7 +143,7 @@ import Testing
             : try runProcess(URL(fileURLWithPath: worker), write)
         #expect(unannounced.status == 0, "\(unannounced.output)")
         // An announced commit of another key follows it.
-        #expect(try runProduct("pd-worker", ["set-int", path, "other", "1"]).status == 0)
+        #expect(try runFixture(["set-int", path, "other", "1"]).status == 0)
         let registry = store.core.observers
         #expect(!registry.pass(through: 2, core: store.core))
         #expect(registry.passedRecords.load(ordering: .relaxed) == 0)

@@ -1,8 +1,9 @@
 import Foundation
+import PDTestSupport
 import PersistentDefaults
 import Testing
 
-/// One "change KEY OLD NEW SEQUENCE" line of `pd-worker watch`.
+/// One "change KEY OLD NEW SEQUENCE" line of `pd-fixture watch`.
 private struct WorkerChange: Equatable {
     var key: String
     var old: Int
@@ -10,7 +11,7 @@ private struct WorkerChange: Equatable {
     var sequence: UInt64
 }
 
-private func changes(in child: Child) -> [WorkerChange] {
+private func changes(in child: ChildProcess) -> [WorkerChange] {
     child.lines.compactMap { line in
         let parts = line.split(separator: " ")
         guard parts.count == 5, parts[0] == "change", let old = Int(parts[2]), let new = Int(parts[3]),
@@ -79,11 +80,18 @@ private func sleepers(_ path: String) -> Int { slots(path).filter { $0.word & 1 
             store[quiet] = 7
             let perWriter = 100
             let total = 4 * perWriter
-            let observers = try (0..<2).map { _ in try Child(["watch", path, "\(total)", "counter", "quiet"]) }
+            let observers = try (0..<2).map { _ in
+                try ChildProcess(fixture: ["watch", path, "\(total)", "counter", "quiet"])
+            }
             for observer in observers { #expect(observer.wait(for: "ready")) }
-            let writers = try (0..<4).map { _ in try Child(["increment", path, "counter", "\(perWriter)"]) }
+            let writers = try (0..<4).map { _ in
+                try ChildProcess(fixture: ["increment", path, "counter", "\(perWriter)"])
+            }
             // Commits that change no observed key: another key, and the value quiet already has.
-            let others = try [Child(["increment", path, "other", "50"]), Child(["set-int", path, "quiet", "7"])]
+            let others = try [
+                ChildProcess(fixture: ["increment", path, "other", "50"]),
+                ChildProcess(fixture: ["set-int", path, "quiet", "7"]),
+            ]
             for child in writers + others {
                 #expect(child.waitForExit())
                 #expect(child.process.terminationStatus == 0)
@@ -102,11 +110,10 @@ private func sleepers(_ path: String) -> Int { slots(path).filter { $0.word & 1 
     }
 
     @Test func aWriterThatBypassesTheChannelIsNoticedWithinTheFallbackInterval() throws {
-        let hasPythonLMDB = (try? runPython("import lmdb")) == 0
         var options = PersistentDefaults.Options()
         options.fallbackCheckInterval = .milliseconds(50)
         try withTemporaryStore(options: options) { store, path, _ throws in
-            guard hasPythonLMDB else {
+            guard pythonHasLMDB else {
                 Issue.record("python3 with the lmdb package is required (tools/setup installs it)")
                 return
             }
@@ -126,7 +133,7 @@ private func sleepers(_ path: String) -> Int { slots(path).filter { $0.word & 1 
     @Test func waitersKilledMidWaitLeaveSetsWorkingAndTheChannelUsable() throws {
         try withTemporaryStore { store, path, _ throws in
             let counter = PersistentDefaults.Key<Int>("counter", default: 0)
-            let victims = try (0..<3).map { _ in try Child(["watch", path, "1000", "counter"]) }
+            let victims = try (0..<3).map { _ in try ChildProcess(fixture: ["watch", path, "1000", "counter"]) }
             for victim in victims { #expect(victim.wait(for: "ready")) }
             // Each watcher claimed a slot, announced itself on its word and sleeps on it.
             #expect(slots(path).count == 3)
@@ -136,7 +143,7 @@ private func sleepers(_ path: String) -> Int { slots(path).filter { $0.word & 1 
             #expect(store[counter] == 50)
             // The first set woke nobody and cleared the sleeper bits: later sets make no system call.
             #expect(sleepers(path) == 0)
-            let survivor = try Child(["watch", path, "1", "counter"])
+            let survivor = try ChildProcess(fixture: ["watch", path, "1", "counter"])
             #expect(survivor.wait(for: "ready"))
             try store.set(51, for: counter)
             #expect(survivor.wait(for: "done"), "\(survivor.text)")
@@ -149,7 +156,7 @@ private func sleepers(_ path: String) -> Int { slots(path).filter { $0.word & 1 
         try withTemporaryStore { store, path, _ throws in
             let watched = PersistentDefaults.Key<Int>("watched", default: 0)
             let busy = PersistentDefaults.Key<Int>("other", default: 0)  // another hash bit than "watched"
-            let watcher = try Child(["watch", path, "1", "watched"])
+            let watcher = try ChildProcess(fixture: ["watch", path, "1", "watched"])
             #expect(watcher.wait(for: "ready"))
             #expect(eventually { sleepers(path) == 1 })
             let before = generations(path)
@@ -170,15 +177,15 @@ private func sleepers(_ path: String) -> Int { slots(path).filter { $0.word & 1 
             store[counter] = 1
             let original = Events<Int>()
             let token = store.observe(counter) { original.append($0.newValue) }
-            let watcher = try Child(["watch", path, "1", "counter"])
+            let watcher = try ChildProcess(fixture: ["watch", path, "1", "counter"])
             #expect(watcher.wait(for: "ready"))
             // Copied with a waiter asleep on the word, so the copy's notify file says so too.
             let copy = path + "-copy"
             defer { try? FileManager.default.removeItem(atPath: copy) }
             try FileManager.default.copyItem(atPath: path, toPath: copy)
-            let copyWatcher = try Child(["watch", copy, "1", "counter"])
+            let copyWatcher = try ChildProcess(fixture: ["watch", copy, "1", "counter"])
             #expect(copyWatcher.wait(for: "ready"))
-            #expect(try runProduct("pd-worker", ["set-int", copy, "counter", "20"]).status == 0)
+            #expect(try runFixture(["set-int", copy, "counter", "20"]).status == 0)
             #expect(copyWatcher.wait(for: "done"), "\(copyWatcher.text)")
             #expect(changes(in: copyWatcher) == [WorkerChange(key: "counter", old: 1, new: 20, sequence: 2)])
             try store.set(2, for: counter)
@@ -209,15 +216,14 @@ private func sleepers(_ path: String) -> Int { slots(path).filter { $0.word & 1 
                 Issue.record("running as root needs /usr/bin/setpriv to drop to user nobody")
                 return
             }
-            let worker = "/tmp/pd-worker-\(UUID().uuidString)"
-            try FileManager.default.copyItem(
-                atPath: productsDirectory.appendingPathComponent("pd-worker").path, toPath: worker)
+            let worker = "/tmp/pd-fixture-\(UUID().uuidString)"
+            try FileManager.default.copyItem(atPath: Products.fixture.path, toPath: worker)
             executable = URL(fileURLWithPath: "/usr/bin/setpriv")
             arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", worker] + arguments
         }
-        defer { if let worker = arguments.first(where: { $0.hasPrefix("/tmp/pd-worker-") }) { unlink(worker) } }
-        let observer = try Child(
-            arguments, environment: ["PD_READ_ONLY": "1", "PD_FALLBACK_MS": "50"], executable: executable)
+        defer { if let worker = arguments.first(where: { $0.hasPrefix("/tmp/pd-fixture-") }) { unlink(worker) } }
+        let observer = try ChildProcess(
+            executable ?? Products.fixture, arguments, environment: ["PD_READ_ONLY": "1", "PD_FALLBACK_MS": "50"])
         #expect(observer.wait(for: "ready"), "\(observer.text)")
         #expect(observer.text.contains("channel writable: no"))
         try store.set(2, for: counter)

@@ -1,11 +1,12 @@
 import Foundation
 import Observation
+import PDTestSupport
 import PersistentDefaults
 import Testing
 
 // Wrappers as an app writes them: `store` is a store the app made, `.theme` uses `.standard`.
 let store: PersistentDefaults = {
-    let base = FileManager.default.temporaryDirectory.appendingPathComponent("pd-wrapper-\(UUID().uuidString)").path
+    let base = temporaryPath("pd-wrapper")
     try? PersistentDefaults.configureStandard(path: base + "/standard")
     // swift-format-ignore: NeverUseForceTry
     return try! PersistentDefaults(path: base + "/app")
@@ -14,7 +15,7 @@ let store: PersistentDefaults = {
 final class Settings {
     @PersistentDefault(.launchCount, in: store) var launchCount  // typed key
     @PersistentDefault(.theme) var theme  // PersistentDefaults.standard
-    @PersistentDefault("someKey", in: store) var someValue = 0  // seed-000 style: name + initial value
+    @PersistentDefault("someKey", in: store) var someValue = 0  // a name and an initial value
 }
 
 /// Waits for `onChange` of a tracked read, with a timeout.
@@ -30,7 +31,7 @@ private func changeIsTracked(reading read: () -> Void, when change: () throws ->
 }
 
 @Suite(.serialized) struct WrapperTests {
-    @Test func theIssueExampleWorks() async throws {
+    @Test func wrappersOfTypedKeysNamesAndTheStandardStoreWork() async throws {
         let settings = Settings()
         settings.launchCount += 1  // durable per the store's mode
         #expect(store[.launchCount] == 1)
@@ -68,7 +69,7 @@ private func changeIsTracked(reading read: () -> Void, when change: () throws ->
         let remote = try changeIsTracked(
             reading: { _ = settings.someValue },
             when: {
-                status = try runProduct("pd-worker", ["set-int", path, "someKey", "41"]).status
+                status = try runFixture(["set-int", path, "someKey", "41"]).status
             })
         #expect(status == 0)
         #expect(remote)
@@ -90,10 +91,12 @@ private func changeIsTracked(reading read: () -> Void, when change: () throws ->
     }
 }
 
-// MARK: Seed 000: @UserDefault and @PublishedAppStorage
+// MARK: Wrappers in the shapes other settings libraries use
+
+// A name and an initial value, in a plain class and in an @Observable model.
 
 private final class ExampleUserDefault {
-    @PersistentDefault("seed000.someKey", in: store) var someValue = 0
+    @PersistentDefault("shapes.someKey", in: store) var someValue = 0
 
     func updateValue(to newValue: Int) {
         someValue = newValue
@@ -101,21 +104,21 @@ private final class ExampleUserDefault {
 }
 
 @Observable private final class ExamplePublishedAppStorageViewModel {
-    @ObservationIgnored @PersistentDefault("seed000.published", in: store) var someValue = 0
+    @ObservationIgnored @PersistentDefault("shapes.published", in: store) var someValue = 0
     var unrelated = 0
 
     func updateValue(to newValue: Int) { someValue = newValue }
 }
 
-@Suite(.serialized) struct SeedParityTests {
-    @Test func seed000UserDefaultStoresTheValue() {
+@Suite(.serialized) struct WrapperShapeTests {
+    @Test func aNamedWrapperWithAnInitialValueStoresTheValue() {
         let example = ExampleUserDefault()
         example.updateValue(to: 5)
-        #expect(store[PersistentDefaults.Key<Int>("seed000.someKey", default: 0)] == example.someValue)
+        #expect(store[PersistentDefaults.Key<Int>("shapes.someKey", default: 0)] == example.someValue)
         #expect(example.someValue == 5)
     }
 
-    @Test func seed000PublishedAppStorageTellsTheModelsObservers() async throws {
+    @Test func aNamedWrapperInAnObservableModelTellsTheModelsObservers() async throws {
         let model = ExamplePublishedAppStorageViewModel()
         let updated = changeIsTracked(
             reading: { _ = model.someValue }, when: { model.updateValue(to: model.someValue + 1) })
@@ -128,21 +131,21 @@ private final class ExampleUserDefault {
         let external = changeIsTracked(
             reading: { _ = model.someValue },
             when: {
-                store[PersistentDefaults.Key<Int>("seed000.published", default: 0)] = 9
+                store[PersistentDefaults.Key<Int>("shapes.published", default: 0)] = 9
             })
         #expect(external)
     }
 
-    // Seed 001: @PublishedUserDefault(key:defaultValue:) on a Codable value.
+    // A named wrapper of a Codable value.
     private struct Note: Codable, Equatable, Sendable {
         var text = "Hello world!"
         var pinned = false
     }
     private final class DataStore {
-        @PersistentDefault("seed001.note", in: store) var note = Note()
+        @PersistentDefault("shapes.note", in: store) var note = Note()
     }
 
-    @Test func seed001LoadsTheSavedValueAndFallsBackWhenItNoLongerDecodes() throws {
+    @Test func aCodableWrapperLoadsTheSavedValueAndFallsBackWhenItNoLongerDecodes() throws {
         try withTemporaryStore { appStore, _, log throws in
             let key = PersistentDefaults.Key<Note>("note", default: Note())
             appStore[key] = Note(text: "saved", pinned: true)
@@ -180,17 +183,17 @@ private final class ExampleUserDefault {
         #expect(try store.storedValue(named: "tutorialSeen") == .json(#"{"intro":true}"#))
     }
 
-    // Seed 004: the four requirements of its @UserDefault.
+    // A wrapper that stores durably, serves UI models, publishes, and hears other processes.
     private struct Preferences {
-        @PersistentDefault("seed004.isLineWrappingEnabled", in: store) var isLineWrappingEnabled = true
+        @PersistentDefault("shapes.isLineWrappingEnabled", in: store) var isLineWrappingEnabled = true
     }
 
-    @Test func seed004FourRequirements() async throws {
+    @Test func aWrapperStoresDurablyPublishesAndHearsOtherProcesses() async throws {
         let preferences = Preferences()
         // 1. Stored, durably: the store's default mode syncs every commit.
         preferences.isLineWrappingEnabled = false
-        #expect(try store.storedValue(named: "seed004.isLineWrappingEnabled") == .bool(false))
-        // 2. Usable from UI models: tracked reads (see the seed-000 test) and a plain struct here.
+        #expect(try store.storedValue(named: "shapes.isLineWrappingEnabled") == .bool(false))
+        // 2. Usable from UI models: tracked reads (see the @Observable model test) and a plain struct here.
         // 3. A publisher-like projected value.
         var values = preferences.$isLineWrappingEnabled.values.makeAsyncIterator()
         #expect(await values.next() == false)
@@ -204,10 +207,10 @@ private final class ExampleUserDefault {
             import lmdb, sys
             env = lmdb.open(sys.argv[1], max_dbs=8, subdir=True)
             with env.begin(write=True, db=env.open_db(b"values")) as txn:
-                txn.put(b"seed004.isLineWrappingEnabled", bytes([1, 1]))
+                txn.put(b"shapes.isLineWrappingEnabled", bytes([1, 1]))
             """
-        if (try? runPython("import lmdb")) == 0 {
-            #expect(try runPython(script, path) == 0)
+        if pythonHasLMDB {
+            #expect(try runPython(script, [path]) == 0)
             #expect(changes.wait(forCount: 1))
             #expect(changes.all == [true])
             #expect(await values.next() == true)

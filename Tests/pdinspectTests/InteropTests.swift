@@ -1,4 +1,5 @@
 import Foundation
+import PDTestSupport
 import PersistentDefaults
 import Testing
 
@@ -21,7 +22,7 @@ struct InteropTests {
 
     @Test func pythonValuesShowUpInGetDumpAndCheck() throws {
         let fixture = try TemporaryStore()
-        let status = try python(Self.writer, [fixture.path, "py.count", "02", "42", "py.name", "05", "snake"])
+        let status = try runPython(Self.writer, [fixture.path, "py.count", "02", "42", "py.name", "05", "snake"])
         #expect(status == 0)
         #expect(try pdinspect("get", fixture.path, "py.count").stdout == "42\n")
         let json = try #require(try pdinspect("get", fixture.path, "py.name", "--json").json() as? [String: Any])
@@ -36,7 +37,7 @@ struct InteropTests {
 
     @Test func undecodableValueFailsCheckAndGet() throws {
         let fixture = try TemporaryStore()
-        let status = try python(Self.writer, [fixture.path, "py.bad", "7f", "junk"])
+        let status = try runPython(Self.writer, [fixture.path, "py.bad", "7f", "junk"])
         #expect(status == 0)
         let check = try pdinspect("check", fixture.path)
         #expect(check.status == 1)
@@ -63,7 +64,7 @@ struct InteropTests {
                 tx.put(bytes.fromhex(sys.argv[2]), b"foreign", db=log)
             env.close()
             """
-        #expect(try python(script, [fixture.path, hexKey]) == 0)
+        #expect(try runPython(script, [fixture.path, hexKey]) == 0)
         let log = try pdinspect("log", fixture.path)
         #expect(log.status == 3, "\(log)")
         #expect(log.isOneErrorLine, "\(log)")

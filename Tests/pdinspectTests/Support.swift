@@ -1,13 +1,7 @@
-import Dispatch
 import Foundation
+import PDTestSupport
 import PersistentDefaults
 import Testing
-
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
 
 /// A fresh store in its own temporary directory, removed when the fixture goes away.
 final class TemporaryStore {
@@ -16,7 +10,7 @@ final class TemporaryStore {
 
     /// Creates the store with the library and fills it with one value of several types.
     init(seeded: Bool = true) throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("pdinspect-\(UUID().uuidString)").path
+        directory = temporaryPath("pdinspect")
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         path = directory + "/store"
         let store = try PersistentDefaults(path: path)
@@ -69,95 +63,35 @@ struct Outcome: CustomStringConvertible {
 }
 
 /// A running `pdinspect`; `finish` waits for it with a deadline and kills it past the deadline.
-final class RunningTool: @unchecked Sendable {
-    // @unchecked Sendable: `process` is only touched by the test's thread; the termination
-    // handler only signals the semaphore.
-    private let process = Process()
-    private let exited = DispatchSemaphore(value: 0)
-    private let stdoutPath: String
-    private let stderrPath: String
+struct RunningTool {
+    let child: ChildProcess
 
-    /// The built `pdinspect`, found next to the test bundle.
-    static let binary: String = {
-        var directory = URL(
-            fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
-                ?? CommandLine.arguments[0]
-        ).deletingLastPathComponent()
-        for _ in 0..<4 {
-            let candidate = directory.appendingPathComponent("pdinspect").path
-            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
-            directory.deleteLastPathComponent()
-        }
-        return "pdinspect-not-found-next-to-the-test-bundle"
-    }()
-
-    private var errorPipe: Pipe?
-    private var errorSeen = Data()
-
-    init(_ arguments: [String], stdin: String? = nil, asNobody: Bool = false, errorPipe: Bool = false) throws {
-        let base = FileManager.default.temporaryDirectory.appendingPathComponent("pdinspect-out-\(UUID().uuidString)")
-            .path
-        stdoutPath = base + ".out"
-        stderrPath = base + ".err"
-        _ = FileManager.default.createFile(atPath: stdoutPath, contents: nil)
-        _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
-        if asNobody {
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-            process.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", Self.binary] + arguments
-        } else {
-            process.executableURL = URL(fileURLWithPath: Self.binary)
-            process.arguments = arguments
-        }
-        process.standardOutput = FileHandle(forWritingAtPath: stdoutPath)
-        if errorPipe {
-            let pipe = Pipe()
-            self.errorPipe = pipe
-            process.standardError = pipe
-        } else {
-            process.standardError = FileHandle(forWritingAtPath: stderrPath)
-        }
-        let input = Pipe()
-        process.standardInput = input
-        process.terminationHandler = { [exited] _ in exited.signal() }
-        try process.run()
-        input.fileHandleForWriting.write(Data((stdin ?? "").utf8))
-        try input.fileHandleForWriting.close()
+    /// Starts `pdinspect arguments` with `stdin` as its input; as user `nobody` (through
+    /// `setpriv`) when `asNobody`.
+    init(_ arguments: [String], stdin: String? = nil, asNobody: Bool = false) throws {
+        let nobody = ["--reuid=65534", "--regid=65534", "--clear-groups", Products.pdinspect.path]
+        child = try ChildProcess(
+            asNobody ? URL(fileURLWithPath: "/usr/bin/setpriv") : Products.pdinspect,
+            asNobody ? nobody + arguments : arguments, input: .text(stdin ?? ""), errors: .separate)
     }
 
-    /// Reads standard error (with `errorPipe`) until it contains `text`; false at its end.
-    func waitForError(containing text: String) -> Bool {
-        guard let errorPipe else { return false }
-        while !String(decoding: errorSeen, as: UTF8.self).contains(text) {
-            let chunk = errorPipe.fileHandleForReading.availableData
-            guard !chunk.isEmpty else { return false }
-            errorSeen.append(chunk)
-        }
-        return true
-    }
+    /// Waits until standard error contains `text`; false at its end.
+    func waitForError(containing text: String) -> Bool { child.waitForError(containing: text) }
 
     /// Sends SIGTERM.
-    func terminate() { process.terminate() }
+    func terminate() { child.terminate() }
 
     /// Waits until the process exits; a process still running after `timeout` seconds is
-    /// killed and the test fails.
+    /// killed and the test fails. A signal's status is 128 + its number, as a shell shows it.
     func finish(timeout: Double = 30) -> Outcome {
-        if exited.wait(timeout: .now() + timeout) == .timedOut {
-            Issue.record("pdinspect \(process.arguments ?? []) did not exit within \(timeout) s")
-            process.terminate()
-            exited.wait()
+        if !child.waitForExit(timeout: timeout) {
+            Issue.record("pdinspect \(child.process.arguments ?? []) did not exit within \(timeout) s")
         }
-        defer {
-            try? FileManager.default.removeItem(atPath: stdoutPath)
-            try? FileManager.default.removeItem(atPath: stderrPath)
-        }
-        func text(_ path: String) -> String {
-            String(decoding: FileManager.default.contents(atPath: path) ?? Data(), as: UTF8.self)
-        }
-        if let errorPipe { errorSeen.append(errorPipe.fileHandleForReading.readDataToEndOfFile()) }
-        let stderr = errorPipe == nil ? text(stderrPath) : String(decoding: errorSeen, as: UTF8.self)
+        #expect(child.waitForOutputEnd(), "pdinspect's output stayed open after it ended")
+        let process = child.process
         let status =
             process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus
-        return Outcome(status: status, stdout: text(stdoutPath), stderr: stderr)
+        return Outcome(status: status, stdout: child.text, stderr: child.errorText)
     }
 }
 
@@ -169,28 +103,6 @@ func pdinspect(_ arguments: String..., stdin: String? = nil, asNobody: Bool = fa
 /// Runs `pdinspect` with an argument array to the end.
 func pdinspect(arguments: [String], stdin: String? = nil) throws -> Outcome {
     try RunningTool(arguments, stdin: stdin).finish()
-}
-
-/// Whether `python3` can import the `lmdb` package.
-let pythonHasLMDB: Bool = {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = ["python3", "-c", "import lmdb"]
-    process.standardOutput = FileHandle.nullDevice
-    process.standardError = FileHandle.nullDevice
-    guard (try? process.run()) != nil else { return false }
-    process.waitUntilExit()
-    return process.terminationStatus == 0
-}()
-
-/// Runs a Python script with `arguments`; returns its exit status.
-func python(_ script: String, _ arguments: [String]) throws -> Int32 {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = ["python3", "-c", script] + arguments
-    try process.run()
-    process.waitUntilExit()
-    return process.terminationStatus
 }
 
 /// Whether this process can run a command as user `nobody` (root with `setpriv`).

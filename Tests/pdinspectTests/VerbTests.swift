@@ -1,4 +1,5 @@
 import Foundation
+import PDTestSupport
 import PersistentDefaults
 import Testing
 
@@ -247,7 +248,7 @@ struct VerbTests {
 
     @Test func watchStopsOnSIGTERM() throws {
         let fixture = try TemporaryStore()
-        let watcher = try RunningTool(["watch", fixture.path], errorPipe: true)
+        let watcher = try RunningTool(["watch", fixture.path])
         // The watcher announces itself on stderr once its signal handlers are installed.
         #expect(watcher.waitForError(containing: "interrupt to stop"))
         watcher.terminate()

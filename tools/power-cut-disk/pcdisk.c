@@ -1,6 +1,6 @@
 /*
  * pcdisk: a simulated disk for the power-loss test, loaded with LD_PRELOAD into one writer
- * process (see tools/power-cut and Sources/pd-power-cut).
+ * process (see tools/power-cut and tools/reliability/pd-power-cut-test).
  *
  * It watches every file named `data.mdb` that the process opens for writing. Each write to it
  * goes to the real file at once (so the process, LMDB and its readers see their own writes),

@@ -9,8 +9,8 @@ import Synchronization
 /// `withMutation`, which fires the tracked `onChange`.
 ///
 /// No weak references: a weakly referenced object gets a side table, and then every retain and
-/// release of it takes the slow path (measured: 60–70 % of the wrapper's cost over `store[key]`,
-/// issue 14). The store observation's callback holds the ``TrackedKey`` strongly (it holds
+/// release of it takes the slow path (measured: 60–70 % of the wrapper's cost over `store[key]`).
+/// The store observation's callback holds the ``TrackedKey`` strongly (it holds
 /// nothing back), and the core is passed in by the reading wrapper, which keeps it alive.
 @usableFromInline
 final class KeyTracker: Sendable {

@@ -41,7 +41,7 @@ public struct PersistentDefault<Value: Sendable>: Sendable {
         self.init(K.key, in: store)
     }
 
-    /// A property for a key named `name` whose default is the initial value (seed-000 style):
+    /// A property for a key named `name` whose default is the initial value:
     /// `@PersistentDefault("someKey", in: store) var someValue = 0`.
     public init(wrappedValue: Value, _ name: String, in store: PersistentDefaults = .standard) where Value: Codable {
         self.init(PersistentDefaults.Key(name, default: wrappedValue), in: store)

@@ -1,14 +1,19 @@
 import Foundation
-import PDReliability
+import PDTestSupport
 
-// The kill test: `pd-crash [--kills N] [--mode sync|bounded] [--seed S] [--writers W]
+// The kill test: `pd-kill-test [--kills N] [--mode sync|bounded] [--seed S] [--writers W]
 // [--max-delay-ms D] [--dir DIR]`.
 //
-// Each round starts W `pd-worker crash-writer` processes on one store, kills each with SIGKILL
+// Each round starts W `pd-fixture crash-writer` processes on one store, kills each with SIGKILL
 // after a random delay (0…D ms from its start, drawn from the seed), collects the commits each
 // acknowledged, then opens the store and checks every invariant (CrashChecker) and runs
-// `pdinspect check`. Rounds repeat until N writers were killed. Exit 0 when every check passed,
-// 1 on the first round with a problem (the store is kept for inspection), 2 on a usage error.
+// `pdinspect check`. Rounds repeat until N writers were killed. Exit (ToolExitCode) 0 when every
+// check passed, 1 on the first round with a problem (the store is kept for inspection), 2 on a
+// usage error.
+
+enum Mode: String {
+    case sync, bounded
+}
 
 struct Settings {
     var kills = 500
@@ -19,28 +24,17 @@ struct Settings {
     var directory: String?
 
     init?(_ arguments: [String]) {
-        var rest = arguments[...]
-        while let option = rest.popFirst() {
-            guard let value = rest.popFirst() else { return nil }
-            switch option {
-            case "--kills":
-                guard let number = Int(value), number > 0 else { return nil }
-                kills = number
-            case "--mode":
-                guard value == "sync" || value == "bounded" else { return nil }
-                bounded = value == "bounded"
-            case "--seed":
-                guard let number = UInt64(value) else { return nil }
-                seed = number
-            case "--writers":
-                guard let number = Int(value), number > 0 else { return nil }
-                writers = number
-            case "--max-delay-ms":
-                guard let number = Int(value), number > 0 else { return nil }
-                maxDelayMilliseconds = number
-            case "--dir": directory = value
-            default: return nil
-            }
+        do {
+            let options = try DriverOptions(
+                arguments, names: ["--kills", "--mode", "--seed", "--writers", "--max-delay-ms", "--dir"])
+            kills = try options.number("--kills", default: kills, atLeast: 1)
+            bounded = try options.choice("--mode", default: Mode.sync) == .bounded
+            seed = try options.number("--seed", default: seed, atLeast: 0)
+            writers = try options.number("--writers", default: writers, atLeast: 1)
+            maxDelayMilliseconds = try options.number("--max-delay-ms", default: maxDelayMilliseconds, atLeast: 1)
+            directory = options.text("--dir")
+        } catch {
+            return nil
         }
     }
 }
@@ -48,45 +42,38 @@ struct Settings {
 func runRound(
     path: String, settings: Settings, round: Int, random: inout SplitMix64
 ) throws -> (reports: [WriterReport], kills: Int, problems: [String]) {
-    var environment = ProcessInfo.processInfo.environment
-    environment["PD_DURABILITY"] = settings.bounded ? "bounded" : "sync"
-    environment["PD_LOG_RETENTION"] = "20000"  // more than a round commits, so the checker sees every record
-    var children: [(process: Process, output: OutputDrain, errors: OutputDrain, killAt: DispatchTime)] = []
+    let environment = [
+        "PD_DURABILITY": settings.bounded ? "bounded" : "sync",
+        "PD_LOG_RETENTION": "20000",  // more than a round commits, so the checker sees every record
+    ]
+    var children: [(child: ChildProcess, killAt: DispatchTime)] = []
     for _ in 0..<settings.writers {
-        let process = Process()
-        process.executableURL = productsDirectory.appendingPathComponent("pd-worker")
-        process.arguments = ["crash-writer", path, "\(random.next())"]
-        process.environment = environment
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
+        let child = try ChildProcess(
+            Products.fixture, ["crash-writer", path, "\(random.next())"], environment: environment, errors: .separate)
         let delay = Int.random(in: 0...(settings.maxDelayMilliseconds * 1_000), using: &random)
-        children.append(
-            (
-                process, OutputDrain(output.fileHandleForReading), OutputDrain(errors.fileHandleForReading),
-                .now() + .microseconds(delay)
-            ))
+        children.append((child, .now() + .microseconds(delay)))
     }
     var problems: [String] = []
     var kills = 0
     var reports: [WriterReport] = []
-    for child in children.sorted(by: { $0.killAt < $1.killAt }) {
+    for (child, killAt) in children.sorted(by: { $0.killAt < $1.killAt }) {
         // Waiting for the kill time is the test's schedule, not synchronisation.
-        let wait = child.killAt.uptimeNanoseconds.subtractingReportingOverflow(DispatchTime.now().uptimeNanoseconds)
+        let wait = killAt.uptimeNanoseconds.subtractingReportingOverflow(DispatchTime.now().uptimeNanoseconds)
         if !wait.overflow { usleep(UInt32(min(wait.partialValue / 1_000, 10_000_000))) }
         kill(child.process.processIdentifier, SIGKILL)
     }
-    for child in children {
-        child.process.waitUntilExit()
-        let output = child.output.text() ?? ""
+    for (child, _) in children {
+        guard child.waitForExit(), child.waitForOutputEnd() else {
+            problems.append("round \(round): writer \(child.process.processIdentifier) did not end after SIGKILL")
+            continue
+        }
+        let output = child.text
         if child.process.terminationReason == .uncaughtSignal, child.process.terminationStatus == SIGKILL {
             kills += 1
         } else {
             problems.append(
                 "writer \(child.process.processIdentifier) ended by itself (status \(child.process.terminationStatus)): "
-                    + (child.errors.text() ?? ""))
+                    + child.errorText)
         }
         // A last line without its newline was cut by the kill: not acknowledged.
         var lines = output.split(separator: "\n", omittingEmptySubsequences: false)
@@ -104,17 +91,15 @@ func runRound(
     return (reports, kills, problems)
 }
 
-func main() -> Int32 {
+func main() -> ToolExitCode {
     guard let settings = Settings(Array(CommandLine.arguments.dropFirst())) else {
         FileHandle.standardError.write(
             Data(
-                ("usage: pd-crash [--kills N] [--mode sync|bounded] [--seed S] [--writers W] [--max-delay-ms D]"
+                ("usage: pd-kill-test [--kills N] [--mode sync|bounded] [--seed S] [--writers W] [--max-delay-ms D]"
                     + " [--dir DIR]\n").utf8))
-        return 2
+        return .usage
     }
-    let path =
-        settings.directory
-        ?? FileManager.default.temporaryDirectory.appendingPathComponent("pd-crash-\(UUID().uuidString)").path
+    let path = settings.directory ?? temporaryPath("pd-kill-test")
     var random = SplitMix64(seed: settings.seed)
     var checker = CrashChecker()
     var kills = 0
@@ -123,7 +108,7 @@ func main() -> Int32 {
     var killsMidStream = 0
     let start = DispatchTime.now()
     print(
-        "pd-crash: \(settings.kills) kills, mode \(settings.bounded ? "bounded" : "sync"), seed \(settings.seed), store \(path)"
+        "pd-kill-test: \(settings.kills) kills, mode \(settings.bounded ? "bounded" : "sync"), seed \(settings.seed), store \(path)"
     )
     do {
         while kills < settings.kills {
@@ -135,9 +120,9 @@ func main() -> Int32 {
             problems += checker.check(path: path, writers: result.reports)
             if let failure = try pdinspectCheck(path) { problems.append(failure) } else { inspections += 1 }
             if !problems.isEmpty {
-                print("pd-crash: round \(round) FAILED; store kept at \(path)")
+                print("pd-kill-test: round \(round) FAILED; store kept at \(path)")
                 for problem in problems { print("  \(problem)") }
-                return 1
+                return .checkFailed
             }
             if round % 25 == 0 {
                 print("  round \(round): \(kills) kills, \(checker.commitsChecked) commits checked")
@@ -145,13 +130,13 @@ func main() -> Int32 {
             }
         }
     } catch {
-        print("pd-crash: \(error)")
-        return 1
+        print("pd-kill-test: \(error)")
+        return .checkFailed
     }
     let seconds = Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1e9
     print(
         """
-        pd-crash: ok — \(kills) kills survived in \(round) rounds (\(String(format: "%.0f", seconds)) s)
+        pd-kill-test: ok — \(kills) kills survived in \(round) rounds (\(String(format: "%.0f", seconds)) s)
           kills after the first commit  \(killsMidStream) (the others hit the writer while it started or opened the store)
           acknowledged commits checked  \(checker.acknowledgedChecked)
           commits checked in all        \(checker.commitsChecked) (log replayed against the data after every kill)
@@ -159,7 +144,7 @@ func main() -> Int32 {
           pdinspect check passed        \(inspections) times
         """)
     try? FileManager.default.removeItem(atPath: path)
-    return 0
+    return .success
 }
 
-exit(main())
+main().exit()

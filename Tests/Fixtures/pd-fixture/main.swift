@@ -1,49 +1,49 @@
 import Foundation
-import PDReliability
+import PDTestSupport
 import PersistentDefaults
 
 // A child process for the tests and tools: writes to a store the way another process would.
 //
-//   pd-worker increment DIR KEY COUNT      COUNT read-modify-write increments, each in write { }
-//   pd-worker set-int DIR KEY VALUE        one durable set of an Int
-//   pd-worker set-bytes DIR KEY BYTES      one set of a Data value of BYTES bytes (grows the map)
-//   pd-worker crash-writer DIR SEED        random multi-key transactions until killed, one
-//                                          "ack …" line per commit that returned (see pd-crash)
-//   pd-worker power-writer DIR SEED        the same with the commit's CLOCK_MONOTONIC time at the end
-//                                          of each line: "ack … NS" (see pd-power-cut)
-//   pd-worker hammer DIR THREADS COUNT     THREADS threads × COUNT increments of "counter", each
+//   pd-fixture increment DIR KEY COUNT     COUNT read-modify-write increments, each in write { }
+//   pd-fixture set-int DIR KEY VALUE       one durable set of an Int
+//   pd-fixture set-bytes DIR KEY BYTES     one set of a Data value of BYTES bytes (grows the map)
+//   pd-fixture crash-writer DIR SEED       random multi-key transactions until killed, one
+//                                          "ack …" line per commit that returned (see pd-kill-test)
+//   pd-fixture power-writer DIR SEED       the same with the commit's CLOCK_MONOTONIC time at the end
+//                                          of each line: "ack … NS" (see pd-power-cut-test)
+//   pd-fixture hammer DIR THREADS COUNT    THREADS threads × COUNT increments of "counter", each
 //                                          transaction also setting "mirror" to the same value
-//   pd-worker set-loop DIR THREADS         THREADS threads each setting its own key "k<thread>" to
+//   pd-fixture set-loop DIR THREADS        THREADS threads each setting its own key "k<thread>" to
 //                                          1, 2, 3, … with durable sets (group commit) until
 //                                          killed; one "ack <thread> <value>" line per set that returned
-//   pd-worker hold-read DIR                holds a read snapshot, prints "holding", waits to be killed
-//   pd-worker fill DIR LIMIT               under RLIMIT_FSIZE = LIMIT bytes, writes 64 KiB values
+//   pd-fixture hold-read DIR               holds a read snapshot, prints "holding", waits to be killed
+//   pd-fixture fill DIR LIMIT              under RLIMIT_FSIZE = LIMIT bytes, writes 64 KiB values
 //                                          until a write fails; prints "wrote N" and "error: …"
-//   pd-worker probe-read-only DIR KEY      opens read-only, prints the Int KEY, then tries a write
+//   pd-fixture probe-read-only DIR KEY     opens read-only, prints the Int KEY, then tries a write
 //                                          and a writable open; prints what each did
 //
-//   pd-worker create-and-vanish DIR        creates a `.bounded` store and ends with _exit (no
+//   pd-fixture create-and-vanish DIR       creates a `.bounded` store and ends with _exit (no
 //                                          exit handlers, no close)
-//   pd-worker open-standard                PersistentDefaults.openStandard(); prints "opened PATH"
+//   pd-fixture open-standard               PersistentDefaults.openStandard(); prints "opened PATH"
 //
-//   pd-worker bounded-exit DIR COUNT       makes DIR the standard store, `.bounded` with a one-hour
+//   pd-fixture bounded-exit DIR COUNT      makes DIR the standard store, `.bounded` with a one-hour
 //                                          interval, sets "k" to 1…COUNT and returns from main
 //                                          without releasing it: only the exit can sync
 //
-//   pd-worker temporary-standard           makes a temporary store the standard store (the documented
+//   pd-fixture temporary-standard          makes a temporary store the standard store (the documented
 //                                          recipe), sets "k" through `standard`, prints the path and
 //                                          returns from main without releasing it: only the exit
 //                                          handler can remove the directory
 //
-//   pd-worker map-under-limit DIR          reads the Int "answer", lowers RLIMIT_AS to the address
+//   pd-fixture map-under-limit DIR         reads the Int "answer", lowers RLIMIT_AS to the address
 //                                          space in use + 32 MiB, prints "limited", then reads
 //                                          "answer" every millisecond until a read fails (another
 //                                          process grew the store and its map size cannot be
 //                                          mapped here); prints "error: …", "after: ANSWER BLOBSIZE"
 //                                          and "write: …" for reads and a write after the failure
 //
-//   pd-worker observe-idle DIR KEY SECONDS  observe KEY while idle; print the CPU time used
-//   pd-worker watch DIR COUNT KEY...       observe the Int KEYs; print "channel writable: yes|no",
+//   pd-fixture observe-idle DIR KEY SECONDS  observe KEY while idle; print the CPU time used
+//   pd-fixture watch DIR COUNT KEY...      observe the Int KEYs; print "channel writable: yes|no",
 //                                          "ready", then "change KEY OLD NEW SEQUENCE" per change,
 //                                          and "done" after COUNT changes
 //
@@ -52,13 +52,7 @@ import PersistentDefaults
 // PD_MAX_READERS the reader slots, PD_READ_ONLY=1 opens read-only, PD_FALLBACK_MS the fallback
 // check interval of observers.
 //
-// Exit codes: 0 done, 2 usage, 3 a store error (printed on stderr).
-
-enum ExitCode: Int32 {
-    case ok = 0
-    case usage = 2
-    case failure = 3
-}
+// Exit codes (ToolExitCode): 0 done, 2 usage, 3 a store error (printed on stderr).
 
 func options() -> PersistentDefaults.Options {
     var options = PersistentDefaults.Options()
@@ -79,7 +73,7 @@ func options() -> PersistentDefaults.Options {
 
 func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
 
-func run(_ arguments: [String]) -> ExitCode {
+func run(_ arguments: [String]) -> ToolExitCode {
     do {
         switch (arguments.first, arguments.count) {
         case ("crash-writer", 3):
@@ -132,7 +126,7 @@ func run(_ arguments: [String]) -> ExitCode {
             try PersistentDefaults.configureStandard(path: temporary.path, options: temporary.options)
             let standard = try PersistentDefaults.openStandard()
             try standard.set(1, for: PersistentDefaults.Key<Int>("k", default: 0))
-            guard standard.isTemporary, standard.path == temporary.path else { return .failure }
+            guard standard.isTemporary, standard.path == temporary.path else { return .storeError }
             say(standard.path)
         case ("map-under-limit", 2):
             return mapUnderLimit(path: arguments[1])
@@ -145,25 +139,17 @@ func run(_ arguments: [String]) -> ExitCode {
             return try simple(arguments)
         default:
             FileHandle.standardError.write(
-                Data("usage: pd-worker COMMAND DIR … (see the comment in main.swift)\n".utf8))
+                Data("usage: pd-fixture COMMAND DIR … (see the comment in main.swift)\n".utf8))
             return .usage
         }
     } catch {
-        FileHandle.standardError.write(Data("pd-worker: \(error)\n".utf8))
-        return .failure
+        FileHandle.standardError.write(Data("pd-fixture: \(error)\n".utf8))
+        return .storeError
     }
-    return .ok
+    return .success
 }
 
-/// User plus system CPU time of this process, in seconds.
-func cpuSeconds() -> Double {
-    var usage = rusage()
-    getrusage(RUSAGE_SELF.rawValue, &usage)
-    func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
-    return seconds(usage.ru_utime) + seconds(usage.ru_stime)
-}
-
-func simple(_ arguments: [String]) throws -> ExitCode {
+func simple(_ arguments: [String]) throws -> ToolExitCode {
     let store = try PersistentDefaults(path: arguments[1], options: options())
     switch (arguments[0], Int(arguments[3])) {
     case ("increment", let count?):
@@ -183,10 +169,10 @@ func simple(_ arguments: [String]) throws -> ExitCode {
         print("cpu \(used) s over \(seconds) s = \(used / Double(seconds) * 100) %")
         token.cancel()
     default:
-        FileHandle.standardError.write(Data("pd-worker: unknown command \(arguments[0])\n".utf8))
+        FileHandle.standardError.write(Data("pd-fixture: unknown command \(arguments[0])\n".utf8))
         return .usage
     }
-    return .ok
+    return .success
 }
 
 func watch(path: String, count: Int, keys: [String]) throws {
@@ -244,14 +230,14 @@ func setLoop(path: String, threads: Int) throws {
     while true { pause() }
 }
 
-func fill(path: String, limit: Int) -> ExitCode {
+func fill(path: String, limit: Int) -> ToolExitCode {
     // Past the limit, write(2) fails with EFBIG instead of the process getting SIGXFSZ.
     signal(SIGXFSZ, SIG_IGN)
     var written = 0
     do {
         let store = try PersistentDefaults(path: path, options: options())
         var bound = rlimit(rlim_cur: rlim_t(limit), rlim_max: rlim_t(limit))
-        guard setrlimit(Int32(RLIMIT_FSIZE.rawValue), &bound) == 0 else { return .failure }
+        guard setrlimit(Int32(RLIMIT_FSIZE.rawValue), &bound) == 0 else { return .storeError }
         while true {
             try store.set(
                 Data(repeating: UInt8(truncatingIfNeeded: written), count: 64 << 10),
@@ -262,7 +248,7 @@ func fill(path: String, limit: Int) -> ExitCode {
         say("wrote \(written)")
         say("error: \(error)")
         let code = (error as? PersistentDefaultsError)?.code?.rawValue
-        return code == EFBIG || code == ENOSPC ? .ok : .failure
+        return code == EFBIG || code == ENOSPC ? .success : .storeError
     }
 }
 
@@ -274,15 +260,15 @@ func addressSpaceBytes() -> Int? {
     return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
 }
 
-func mapUnderLimit(path: String) -> ExitCode {
+func mapUnderLimit(path: String) -> ToolExitCode {
     let answer = PersistentDefaults.Key<Int>("answer", default: -1)
     let blob = PersistentDefaults.Key<Data>("blob", default: Data())
     do {
         let store = try PersistentDefaults(path: path, options: options())
         say("before: \(try store.value(for: answer))")
-        guard let used = addressSpaceBytes() else { return .failure }
+        guard let used = addressSpaceBytes() else { return .storeError }
         var bound = rlimit(rlim_cur: rlim_t(used + 32 << 20), rlim_max: rlim_t(used + 32 << 20))
-        guard setrlimit(Int32(RLIMIT_AS.rawValue), &bound) == 0 else { return .failure }
+        guard setrlimit(Int32(RLIMIT_AS.rawValue), &bound) == 0 else { return .storeError }
         say("limited")
         // Polling is the point here: the event is another process's commit, seen by a read.
         let deadline = Date().addingTimeInterval(60)
@@ -297,7 +283,7 @@ func mapUnderLimit(path: String) -> ExitCode {
         }
         guard let failure else {
             say("no failure")
-            return .failure
+            return .storeError
         }
         say("error: \(failure)")
         say("after: \(try store.value(for: answer)) \(try store.value(for: blob).count)")
@@ -309,9 +295,9 @@ func mapUnderLimit(path: String) -> ExitCode {
         }
     } catch {
         say("failed: \(error)")
-        return .failure
+        return .storeError
     }
-    return .ok
+    return .success
 }
 
 func probeReadOnly(path: String, key: String) {
@@ -337,4 +323,4 @@ func probeReadOnly(path: String, key: String) {
     }
 }
 
-exit(run(Array(CommandLine.arguments.dropFirst())).rawValue)
+run(Array(CommandLine.arguments.dropFirst())).exit()

@@ -5,18 +5,18 @@ import PersistentDefaults
 // the keys, write a few of them in one transaction, read them back in one snapshot, and print
 // them with the commit log. Declared keys are what `pdinspect keys --all` and `describe` show.
 
-enum Theme: String, Codable, Sendable { case light, dark, system }
-struct WindowFrame: Codable, Equatable, Sendable {
-    var x = 0, y = 0
-    var title = ""
-}
-
 extension PersistentDefaults.Keys {
     static let launchCount = Key<Int>("launchCount", default: 0)
     static let theme = Key<Theme>("theme", default: .system)
     static let frame = Key<WindowFrame>("frame", default: .init())
     static let recent = Key<[String]>("recent", default: [])
     static let maxConnections = Key<Int>("maxConnections", default: 64)
+}
+
+enum Theme: String, Codable, Sendable { case light, dark, system }
+struct WindowFrame: Codable, Equatable, Sendable {
+    var x = 0, y = 0
+    var title = ""
 }
 
 do {

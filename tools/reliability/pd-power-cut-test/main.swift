@@ -1,11 +1,11 @@
 import Foundation
-import PDReliability
+import PDTestSupport
 
-// The power-loss test: `pd-power-cut [--cuts N] [--mode sync|bounded|broken] [--seed S]
+// The power-loss test: `pd-power-cut-test [--cuts N] [--mode sync|bounded|broken] [--seed S]
 // [--interval-ms I] [--max-delay-ms D] [--slack-ms L] [--disk PATH] [--dir DIR] [--keep DIR]
 // [--seconds T]`: N cuts, or as many as T seconds allow (the summary gives the number).
 //
-// Each cut starts one `pd-worker power-writer` on the store with the simulated disk
+// Each cut starts one `pd-fixture power-writer` on the store with the simulated disk
 // (`pcdisk.so`, built from tools/power-cut-disk/pcdisk.c) preloaded. The disk cuts the power
 // 0…D ms after the writer opened data.mdb (the delay and the disk's own choices come from the
 // seed): it leaves in the file what a power loss could have left of the writes not yet synced,
@@ -23,7 +23,7 @@ import PDReliability
 //            and the disk loses every unsynced write (PCDISK_KEEP=0, so the store stays intact);
 //            the run passes only if the checker reports lost acknowledged commits.
 //
-// Exit 0 when the mode's expectations held, 1 otherwise (the store is kept), 2 on a usage error.
+// Exit (ToolExitCode) 0 when the mode's expectations held, 1 otherwise (the store is kept), 2 on a usage error.
 
 enum Mode: String {
     case sync, bounded, broken
@@ -42,36 +42,25 @@ struct Settings {
     var seconds: Double?
 
     init?(_ arguments: [String]) {
-        var rest = arguments[...]
-        while let option = rest.popFirst() {
-            guard let value = rest.popFirst() else { return nil }
-            switch option {
-            case "--cuts":
-                guard let number = Int(value), number > 0 else { return nil }
-                cuts = number
-            case "--mode":
-                guard let mode = Mode(rawValue: value) else { return nil }
-                self.mode = mode
-            case "--seed":
-                guard let number = UInt64(value) else { return nil }
-                seed = number
-            case "--interval-ms":
-                guard let number = Int(value), number > 0 else { return nil }
-                intervalMilliseconds = number
-            case "--max-delay-ms":
-                guard let number = Int(value), number > 0 else { return nil }
-                maxDelayMilliseconds = number
-            case "--slack-ms":
-                guard let number = Int(value), number >= 0 else { return nil }
-                slackMilliseconds = number
-            case "--disk": disk = value
-            case "--dir": directory = value
-            case "--keep": keep = value
-            case "--seconds":
-                guard let number = Double(value), number > 0 else { return nil }
-                seconds = number
-            default: return nil
-            }
+        do {
+            let options = try DriverOptions(
+                arguments,
+                names: [
+                    "--cuts", "--mode", "--seed", "--interval-ms", "--max-delay-ms", "--slack-ms", "--disk", "--dir",
+                    "--keep", "--seconds",
+                ])
+            cuts = try options.number("--cuts", default: cuts, atLeast: 1)
+            mode = try options.choice("--mode", default: mode)
+            seed = try options.number("--seed", default: seed, atLeast: 0)
+            intervalMilliseconds = try options.number("--interval-ms", default: intervalMilliseconds, atLeast: 1)
+            maxDelayMilliseconds = try options.number("--max-delay-ms", default: maxDelayMilliseconds, atLeast: 1)
+            slackMilliseconds = try options.number("--slack-ms", default: slackMilliseconds, atLeast: 0)
+            disk = options.text("--disk")
+            directory = options.text("--dir")
+            keep = options.text("--keep")
+            seconds = try options.number("--seconds", atLeast: Double.leastNonzeroMagnitude)
+        } catch {
+            return nil
         }
     }
 }
@@ -87,7 +76,7 @@ struct CutOutcome {
 }
 
 func runWriter(path: String, settings: Settings, disk: String, random: inout SplitMix64) throws -> CutOutcome {
-    var environment = ProcessInfo.processInfo.environment
+    var environment: [String: String] = [:]
     environment["PD_DURABILITY"] = settings.mode == .sync ? "sync" : "bounded"
     environment["PD_BOUNDED_MS"] = "\(settings.intervalMilliseconds)"
     environment["PD_LOG_RETENTION"] = "20000"  // more than a cut commits, so the checker sees every record
@@ -101,32 +90,21 @@ func runWriter(path: String, settings: Settings, disk: String, random: inout Spl
     // The self-test's disk loses every unsynced write: the store stays intact and what the
     // broken writer acknowledged since its last sync is gone, which the checker must see.
     if settings.mode == .broken { environment["PCDISK_KEEP"] = "0" }
-    let process = Process()
-    process.executableURL = productsDirectory.appendingPathComponent("pd-worker")
-    process.arguments = ["power-writer", path, "\(random.next())"]
-    process.environment = environment
-    let output = Pipe()
-    let errors = Pipe()
-    process.standardOutput = output
-    process.standardError = errors
-    let exited = DispatchSemaphore(value: 0)
-    process.terminationHandler = { _ in exited.signal() }
-    try process.run()
-    let outputDrain = OutputDrain(output.fileHandleForReading)
-    let errorDrain = OutputDrain(errors.fileHandleForReading)
+    let child = try ChildProcess(
+        Products.fixture, ["power-writer", path, "\(random.next())"], environment: environment, errors: .separate)
+    let process = child.process
     var outcome = CutOutcome(writer: WriterReport(processID: process.processIdentifier, acknowledged: []))
     // The disk cuts after at most D ms of the writer's life; its pipes close when it dies.
     let limit = Double(settings.maxDelayMilliseconds) / 1_000 + 120
-    guard exited.wait(timeout: .now() + limit) == .success else {
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+    guard child.waitForExit(timeout: limit) else {
         outcome.problems.append("the writer was still running \(Int(limit)) s after it started")
         return outcome
     }
-    guard let errorText = errorDrain.text(timeout: 10), let outputText = outputDrain.text(timeout: 10) else {
+    guard child.waitForOutputEnd() else {
         outcome.problems.append("the writer's pipes stayed open after it died")
         return outcome
     }
+    let (errorText, outputText) = (child.errorText, child.text)
     if process.terminationReason == .uncaughtSignal, process.terminationStatus != SIGKILL {
         outcome.crashSignal = process.terminationStatus
     }
@@ -185,23 +163,21 @@ struct Tally {
 
 func milliseconds(_ nanoseconds: UInt64) -> Double { Double(nanoseconds) / 1e6 }
 
-func main() -> Int32 {
+func main() -> ToolExitCode {
     guard let settings = Settings(Array(CommandLine.arguments.dropFirst())) else {
         FileHandle.standardError.write(
             Data(
-                ("usage: pd-power-cut [--cuts N] [--mode sync|bounded|broken] [--seed S] [--interval-ms I]"
+                ("usage: pd-power-cut-test [--cuts N] [--mode sync|bounded|broken] [--seed S] [--interval-ms I]"
                     + " [--max-delay-ms D] [--slack-ms L] [--disk PATH] [--dir DIR] [--keep DIR] [--seconds T]\n").utf8)
         )
-        return 2
+        return .usage
     }
-    let disk = settings.disk ?? productsDirectory.appendingPathComponent("pcdisk.so").path
+    let disk = settings.disk ?? Products.url("pcdisk.so").path
     guard FileManager.default.fileExists(atPath: disk) else {
-        print("pd-power-cut: no simulated disk at \(disk) (tools/power-cut builds it)")
-        return 2
+        print("pd-power-cut-test: no simulated disk at \(disk) (tools/power-cut builds it)")
+        return .usage
     }
-    let path =
-        settings.directory
-        ?? FileManager.default.temporaryDirectory.appendingPathComponent("pd-power-cut-\(UUID().uuidString)").path
+    let path = settings.directory ?? temporaryPath("pd-power-cut-test")
     var random = SplitMix64(seed: settings.seed)
     var checker = CrashChecker()
     var tally = Tally()
@@ -209,7 +185,7 @@ func main() -> Int32 {
     let start = DispatchTime.now()
     let modeName = settings.mode == .sync ? "sync" : "bounded(\(settings.intervalMilliseconds) ms)"
     print(
-        "pd-power-cut: \(settings.cuts) cuts, mode \(settings.mode) (\(modeName)), seed \(settings.seed), store \(path)"
+        "pd-power-cut-test: \(settings.cuts) cuts, mode \(settings.mode) (\(modeName)), seed \(settings.seed), store \(path)"
     )
     fflush(nil)
     do {
@@ -228,8 +204,8 @@ func main() -> Int32 {
                 // The store passed every check after the last cut, yet the next writer crashed on it.
                 let cause = "the next writer crashed (signal \(signal)) on a store that passed the checks after its cut"
                 guard settings.mode != .sync, outcome.problems.isEmpty else {
-                    print("pd-power-cut: cut \(tally.cuts) FAILED: \(cause); store kept at \(path)")
-                    return 1
+                    print("pd-power-cut-test: cut \(tally.cuts) FAILED: \(cause); store kept at \(path)")
+                    return .checkFailed
                 }
                 tally.damaged += 1
                 tally.causes[cause, default: 0] += 1
@@ -244,9 +220,9 @@ func main() -> Int32 {
             }
             if !outcome.writer.acknowledged.isEmpty { tally.cutsWithAcknowledgements += 1 }
             guard let report = outcome.report, outcome.problems.isEmpty else {
-                print("pd-power-cut: cut \(tally.cuts) FAILED; store kept at \(path)")
+                print("pd-power-cut-test: cut \(tally.cuts) FAILED; store kept at \(path)")
                 for problem in outcome.problems { print("  \(problem)") }
-                return 1
+                return .checkFailed
             }
             tally.unsyncedWrites += report.writes
             tally.tornWrites += report.torn
@@ -281,17 +257,17 @@ func main() -> Int32 {
                     // commit syncs them. A cut in between leaves a store that never opened.
                     tally.damagedBeforeFirstSync += 1
                 } else if !problems.isEmpty {
-                    print("pd-power-cut: cut \(tally.cuts) FAILED (\(report)); store kept at \(path)")
+                    print("pd-power-cut-test: cut \(tally.cuts) FAILED (\(report)); store kept at \(path)")
                     for problem in problems { print("  \(problem)") }
-                    return 1
+                    return .checkFailed
                 }
             case .bounded:
                 if damage.isEmpty, !missing.isEmpty {
                     print(
-                        "pd-power-cut: cut \(tally.cuts) FAILED: synced commits lost (\(report)); store kept at \(path)"
+                        "pd-power-cut-test: cut \(tally.cuts) FAILED: synced commits lost (\(report)); store kept at \(path)"
                     )
                     for problem in missing { print("  \(problem)") }
-                    return 1
+                    return .checkFailed
                 }
                 if damage.isEmpty, !checker.lastLost.isEmpty {
                     tally.cutsWithLoss += 1
@@ -300,10 +276,10 @@ func main() -> Int32 {
                     tally.oldestLossMilliseconds = max(tally.oldestLossMilliseconds, age)
                     if age > Double(settings.intervalMilliseconds + settings.slackMilliseconds) {
                         print(
-                            "pd-power-cut: cut \(tally.cuts) FAILED: lost a commit acknowledged \(age) ms before the cut,"
+                            "pd-power-cut-test: cut \(tally.cuts) FAILED: lost a commit acknowledged \(age) ms before the cut,"
                                 + " more than the interval (\(settings.intervalMilliseconds) ms) + \(settings.slackMilliseconds) ms"
                         )
-                        return 1
+                        return .checkFailed
                     }
                 }
             case .broken:
@@ -336,15 +312,15 @@ func main() -> Int32 {
             }
         }
     } catch {
-        print("pd-power-cut: \(error)")
-        return 1
+        print("pd-power-cut-test: \(error)")
+        return .checkFailed
     }
     let seconds = Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1e9
     let causes = tally.causes.sorted { $0.value > $1.value }.map { "    \($0.value)× \($0.key)" }.joined(
         separator: "\n")
     print(
         """
-        pd-power-cut: \(settings.mode == .broken ? "self-test" : "ok") — \(tally.cuts) cuts in \(String(format: "%.0f", seconds)) s
+        pd-power-cut-test: \(settings.mode == .broken ? "self-test" : "ok") — \(tally.cuts) cuts in \(String(format: "%.0f", seconds)) s
           cuts after the first acknowledged commit  \(tally.cutsWithAcknowledgements)
           unsynced writes at the cuts               \(tally.unsyncedWrites) (\(tally.tornWrites) kept torn; \(tally.reorderedCuts) cuts reordered, \(tally.metaAheadCuts) kept a newer meta page)
           longest time since the last sync          \(String(format: "%.1f", tally.longestSinceSyncMilliseconds)) ms
@@ -357,13 +333,13 @@ func main() -> Int32 {
     if !causes.isEmpty { print("  by first problem:\n" + causes) }
     if settings.mode == .broken {
         guard tally.caught > 0 else {
-            print("pd-power-cut: the self-test FAILED: no cut showed the broken writer's lost acknowledgements")
-            return 1
+            print("pd-power-cut-test: the self-test FAILED: no cut showed the broken writer's lost acknowledgements")
+            return .checkFailed
         }
-        print("pd-power-cut: the self-test passed: the checker caught the broken writer")
+        print("pd-power-cut-test: the self-test passed: the checker caught the broken writer")
     }
     try? FileManager.default.removeItem(atPath: path)
-    return 0
+    return .success
 }
 
-exit(main())
+main().exit()
