@@ -259,10 +259,10 @@ import Testing
     @Test func anotherProcessesCommitBetweenTwoOfOursKeepsItsSequence() throws {
         try withTemporaryStore { store, path, _ throws in
             store[.launchCount] = 1
-            #expect(try runProduct("pd-worker", ["increment", path, "counter", "1"]).status == 0)
+            #expect(try runFixture(["increment", path, "counter", "1"]).status == 0)
             store[.launchCount] = 2
-            #expect(try runProduct("pd-worker", ["increment", path, "counter", "1"]).status == 0)
-            #expect(try runProduct("pd-worker", ["increment", path, "counter", "1"]).status == 0)
+            #expect(try runFixture(["increment", path, "counter", "1"]).status == 0)
+            #expect(try runFixture(["increment", path, "counter", "1"]).status == 0)
             store[.launchCount] = 3
             store[.launchCount] = 4
             let records = try store.commits(after: 0)
@@ -285,7 +285,7 @@ import Testing
         options.durability = .bounded(interval: .seconds(5))
         try await withTemporaryDirectoryAsync { path in
             let store = try PersistentDefaults(path: path, options: options)
-            async let other = Task.detached { try runProduct("pd-worker", ["increment", path, "counter", "150"]) }.value
+            async let other = Task.detached { try runFixture(["increment", path, "counter", "150"]) }.value
             let threads = 4
             let perThread = 150
             let done = DispatchGroup()
@@ -299,7 +299,7 @@ import Testing
             }
             #expect(done.wait(timeout: .now() + 120) == .success)
             let result = try await other
-            #expect(result.status == 0, "\(result.stderr)")
+            #expect(result.status == 0, "\(result.output)")
             let total = threads * perThread + 150
             let records = try store.commits(after: 0)
             #expect(records.map(\.sequence) == Array(1...UInt64(total)))

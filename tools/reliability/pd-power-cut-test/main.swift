@@ -73,6 +73,8 @@ struct CutOutcome {
     var problems: [String] = []
     /// The signal that ended the writer when it was not the cut's SIGKILL.
     var crashSignal: Int32?
+    /// LMDB's line when the writer stopped on a damaged store before any cut.
+    var writerFoundDamage: String?
 }
 
 func runWriter(path: String, settings: Settings, disk: String, random: inout SplitMix64) throws -> CutOutcome {
@@ -108,10 +110,19 @@ func runWriter(path: String, settings: Settings, disk: String, random: inout Spl
     if process.terminationReason == .uncaughtSignal, process.terminationStatus != SIGKILL {
         outcome.crashSignal = process.terminationStatus
     }
+    // LMDB refused the store before any cut: the previous cut damaged pages the checks do not
+    // read (such as the free-page list, which only a writer uses).
+    if process.terminationReason == .exit, process.terminationStatus != 0,
+        let line = errorText.split(separator: "\n").first(where: { line in
+            ["MDB_CORRUPTED", "MDB_PAGE_NOTFOUND"].contains { line.contains($0) }
+        })
+    {
+        outcome.writerFoundDamage = String(line)
+    }
     for line in errorText.split(separator: "\n") {
         if let report = PowerCutReport(line: line) { outcome.report = report }
     }
-    if outcome.crashSignal == nil,
+    if outcome.crashSignal == nil, outcome.writerFoundDamage == nil,
         outcome.report == nil || process.terminationReason != .uncaughtSignal || process.terminationStatus != SIGKILL
     {
         outcome.problems.append(
@@ -200,9 +211,14 @@ func main() -> ToolExitCode {
             }
             let outcome = try runWriter(path: path, settings: settings, disk: disk, random: &random)
             tally.cuts += 1
-            if let signal = outcome.crashSignal {
-                // The store passed every check after the last cut, yet the next writer crashed on it.
-                let cause = "the next writer crashed (signal \(signal)) on a store that passed the checks after its cut"
+            if outcome.crashSignal != nil || outcome.writerFoundDamage != nil {
+                // The store passed every check after the last cut, yet the next writer crashed on
+                // it or found it damaged.
+                let cause =
+                    outcome.crashSignal.map {
+                        "the next writer crashed (signal \($0)) on a store that passed the checks after its cut"
+                    } ?? "the next writer found the store damaged after the checks passed: "
+                    + kind(of: outcome.writerFoundDamage ?? "", path: path)
                 guard settings.mode != .sync, outcome.problems.isEmpty else {
                     print("pd-power-cut-test: cut \(tally.cuts) FAILED: \(cause); store kept at \(path)")
                     return .checkFailed
