@@ -70,40 +70,22 @@ final class ExternalWatcher: @unchecked Sendable {
             // wait below returns at once and the next round sees the commit.
             let seen = channel.current()
             if isStopping.load(ordering: .acquiring) { break }
-            let found = check()
-            if isStopping.load(ordering: .acquiring) { break }
             // A commit the meta page shows but a new snapshot does not see yet: look again soon.
-            guard found.settled else {
-                channel.wait(from: seen, timeoutNanoseconds: Self.retryNanoseconds)
-                continue
-            }
-            // After delivering other processes' commits, more often follow: watch the word a
-            // moment before sleeping, so that a writer in a burst finds nobody asleep and
-            // pays no FUTEX_WAKE for each of its commits.
-            if found.delivered, channel.watch(from: seen, nanoseconds: Self.lingerNanoseconds) { continue }
-            channel.wait(from: seen, timeoutNanoseconds: fallbackNanoseconds)
+            let timeout = check() ? fallbackNanoseconds : Self.retryNanoseconds
+            if isStopping.load(ordering: .acquiring) { break }
+            channel.wait(from: seen, timeoutNanoseconds: timeout)
         }
     }
-
-    /// How long the thread watches its word after a delivery before it sleeps on it.
-    static let lingerNanoseconds: Int64 = 50_000
 
     /// How soon to check again when the meta page is ahead of a new snapshot.
     static let retryNanoseconds: Int64 = 1_000_000
 
-    /// What a check found: `settled` is false when LMDB's meta page shows a commit that a new
-    /// snapshot does not see yet, so that the caller checks again soon; `delivered` says that
-    /// other processes had committed.
-    private struct Found {
-        var settled = true
-        var delivered = false
-    }
-
-    /// Delivers what other processes committed.
-    private func check() -> Found {
-        guard let core else { return Found() }
+    /// Delivers what other processes committed; returns false when LMDB's meta page shows a
+    /// commit that a new snapshot does not see yet, so that the caller checks again soon.
+    private func check() -> Bool {
+        guard let core else { return true }
         let latest = core.environment.info().lastTransactionID
-        guard latest != lastTransaction else { return Found() }
+        guard latest != lastTransaction else { return true }
         do {
             // Read before the snapshot: every commit it counts is visible in the snapshot.
             let localUnlogged = core.environment.localUnloggedCommits.load(ordering: .acquiring)
@@ -127,10 +109,10 @@ final class ExternalWatcher: @unchecked Sendable {
             if unaccounted != 0 || (foreign != 0 && !core.observers.pass(through: sequence, core: core)) {
                 core.observers.deliver(upTo: sequence, compare: unaccounted != 0, core: core)
             }
-            return Found(settled: transaction >= latest, delivered: foreign != 0)
+            return transaction >= latest
         } catch {
             if !isStopping.load(ordering: .acquiring) { core.reporter.reportOnce(error) }
-            return Found()
+            return true
         }
     }
 

@@ -322,24 +322,6 @@ final class WakeChannel: @unchecked Sendable {
             _ = pd_futex_wait(word, expected, timeoutNanoseconds)
         }
 
-        /// Watches the word without sleeping for at most `nanoseconds`, yielding the processor
-        /// between looks; returns whether it moved from `seen`. Writers wake only a sleeper, so
-        /// while a watcher watches, their commits cost them a compare-and-swap and no system call.
-        func watch(from seen: UInt32, nanoseconds: Int64) -> Bool {
-            let deadline = Self.now() + nanoseconds
-            repeat {
-                if pd_atomic_load_u32(word) & ~1 != seen & ~1 { return true }
-                sched_yield()
-            } while Self.now() < deadline
-            return false
-        }
-
-        private static func now() -> Int64 {
-            var time = timespec()
-            clock_gettime(CLOCK_MONOTONIC, &time)
-            return Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec)
-        }
-
         /// Moves the word and wakes the sleeper: `stop()` of the watcher.
         func wake() { WakeChannel.advance(word, waking: true) }
     }
