@@ -89,8 +89,11 @@ final class WakeChannel: @unchecked Sendable {
     static func attach(directory: String, create: Bool) -> WakeChannel? {
         guard pd_futex_available() != 0 else { return nil }  // Other platforms poll.
         let path = directory + "/" + fileName
-        if create { makeFile(at: path) }
-        let descriptor = open(path, O_RDWR | O_CLOEXEC)
+        var descriptor = open(path, O_RDWR | O_CLOEXEC)
+        if descriptor < 0, errno == ENOENT, create {
+            makeFile(at: path)
+            descriptor = open(path, O_RDWR | O_CLOEXEC)
+        }
         guard descriptor >= 0 else { return nil }
         // The mapping stays valid after the descriptor is closed.
         defer { close(descriptor) }
