@@ -175,7 +175,8 @@ func computeRatios(_ rows: [Measurement]) -> [Ratio] {
             Ratio(
                 name: "idle observing process, CPU", target: "≤ 0.02 % of a core, or one wake-up a second",
                 measured: "\((idle * 1000).rounded() / 1000) %"
-                    + (floor.map { " (a thread that only wakes once a second: \(($0 * 1000).rounded() / 1000) %)" } ?? ""),
+                    + (floor.map { " (a thread that only wakes once a second: \(($0 * 1000).rounded() / 1000) %)" }
+                        ?? ""),
                 verdict: met ? "MET" : "MISSED"))
     }
     ratio(
