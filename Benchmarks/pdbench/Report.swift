@@ -45,7 +45,11 @@ func tableLine(_ row: Report.Row) -> String {
     let nameWidth = 52
     if let value = row.value {
         let text =
-            row.unit == "x" ? format(value, decimals: 2) + "×" : format(value, decimals: 0) + " " + (row.unit ?? "")
+            switch row.unit {
+            case "x": format(value, decimals: 2) + "×"
+            case "%": format(value, decimals: 3) + " %"
+            default: format(value, decimals: 0) + " " + (row.unit ?? "")
+            }
         return pad(row.name, nameWidth) + pad(text, 12, right: true)
     }
     let columns = [row.p50Nanoseconds, row.p90Nanoseconds, row.p99Nanoseconds].map {
