@@ -17,6 +17,7 @@ let observerCases: [BenchmarkCase] = [
             }
         ]
     },
+    BenchmarkCase(name: "observers/cancel-with-10000-others") { [try cancelAmongMany($0)] },
     BenchmarkCase(name: "observers/delay-in-process") { [try delayInProcess($0)] },
     BenchmarkCase(name: "observers/delay-cross-process") { [try delayCrossProcess($0)] },
     BenchmarkCase(name: "observers/other-process-observes-key") {
@@ -146,6 +147,23 @@ private func setWithObservers(
         let samples = try measure(.medium(quick: context.quick)) { index in try store.set(index, for: key) }
         withExtendedLifetime(tokens) {}
         return Measurement(name, samples: samples, note: "bounded durability; observers on other keys")
+    }
+}
+
+/// Cancelling one key observer's token while 10,000 observers of other keys stay.
+private func cancelAmongMany(_ context: RunContext) throws -> Measurement {
+    try context.withTemporaryDirectory("observers-cancel") { path in
+        let store = try PersistentDefaults(path: path)
+        let staying = (0..<10_000).map { store.observe(PersistentDefaults.Key<Int>("stay\($0)", default: 0)) { _ in } }
+        let plan = Plan(warmup: 100, samples: context.quick ? 50 : 200, batch: 10)
+        let leaving = (0..<(plan.warmup + plan.samples * plan.batch)).map {
+            store.observe(PersistentDefaults.Key<Int>("leave\($0)", default: 0)) { _ in }
+        }
+        let samples = measure(plan) { index in leaving[index].cancel() }
+        withExtendedLifetime(staying) {}
+        return Measurement(
+            "observers/cancel-with-10000-others", samples: samples,
+            note: "ObservationToken.cancel() of a key observer while 10,000 observers of other keys stay")
     }
 }
 

@@ -42,6 +42,35 @@ import Testing
         }
     }
 
+    @Test func theWakeUpMaskFollowsTheObserversAsTheyComeAndGo() throws {
+        let c = WakeChannel.bit(forKeyNamed: "c".utf8)
+        try #require(Set([Self.a, Self.b, c]).count == 3)
+        try withTemporaryStore { store, path, _ throws in
+            let key = { (name: String) in PersistentDefaults.Key<Int>(name, default: 0) }
+            let firstA = store.observe(key("a")) { _ in }
+            let secondA = store.observe(key("a")) { _ in }
+            let b = store.observe(key("b")) { _ in }
+            let cObserver = store.observe(key("c")) { _ in }
+            #expect(ownMask(path) == Self.a | Self.b | c)
+            firstA.cancel()
+            #expect(ownMask(path) == Self.a | Self.b | c, "another observer of a stays")
+            secondA.cancel()
+            #expect(ownMask(path) == Self.b | c)
+            secondA.cancel()  // A second cancel changes nothing.
+            #expect(ownMask(path) == Self.b | c)
+            let commits = store.observeCommits { _ in }
+            #expect(ownMask(path) == Self.b | c | WakeChannel.everyCommit)
+            commits.cancel()
+            cObserver.cancel()
+            #expect(ownMask(path) == Self.b)
+            let prefix = store.observe(prefix: "group.") { _ in }
+            #expect(ownMask(path) == Self.b | WakeChannel.everyCommit)
+            prefix.cancel()
+            b.cancel()
+            #expect(ownMask(path) == 0)
+        }
+    }
+
     @Test func anOlderVersionsFileIsGrownWhenWritableAndUsedWithoutAnnouncementsOtherwise() throws {
         try withTemporaryDirectory { path throws in
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
@@ -151,6 +180,20 @@ import Testing
         registry.deliver(upTo: 2, core: store.core)
         #expect(seen.wait(forCount: 1))
         #expect(seen.all.map { [$0.oldValue, $0.newValue] } == [[0, 5]])
+    }
+}
+
+/// The wake-up mask of this process's slot in the store's `notify` file (0 when it has none).
+private func ownMask(_ path: String) -> UInt64 {
+    guard let data = FileManager.default.contents(atPath: path + "/" + WakeChannel.fileName) else { return 0 }
+    return data.withUnsafeBytes { raw in
+        for index in 0..<WakeChannel.capacity {
+            let offset = WakeChannel.slotsOffset + index * WakeChannel.slotSize
+            if raw.loadUnaligned(fromByteOffset: offset, as: UInt32.self) == UInt32(getpid()) {
+                return raw.loadUnaligned(fromByteOffset: offset + 8, as: UInt64.self)
+            }
+        }
+        return 0
     }
 }
 

@@ -71,16 +71,33 @@ final class ObserverRegistry: Sendable {
         var watcher: ExternalWatcher?
         var isClosed = false
         var isEmpty: Bool { keys.isEmpty && commitObservers.isEmpty && prefixes.isEmpty }
-        /// How many observers are registered.
-        var observerCount: Int {
-            keys.values.reduce(0) { $0 + $1.count } + commitObservers.count
-                + prefixes.values.reduce(0) { $0 + $1.count }
-        }
+        /// How many observers are registered, kept as they come and go.
+        var observerCount = 0
+        /// For each wake-up bit, how many observed key names have it: a removal finds the bits
+        /// still observed in 64 steps, not in a walk over every observed name (which made
+        /// cancelling one of 10,000 observers cost 229 µs).
+        var keyBitCounts = [Int](repeating: 0, count: 64)
         /// The wake-up bits of what is observed (see `WakeChannel`).
         var wakeBits: UInt64 {
-            keys.keys.reduce(commitObservers.isEmpty && prefixes.isEmpty ? 0 : WakeChannel.everyCommit) {
-                $0 | WakeChannel.bit(forKeyNamed: $1)
+            var bits = commitObservers.isEmpty && prefixes.isEmpty ? 0 : WakeChannel.everyCommit
+            for (index, count) in keyBitCounts.enumerated() where count > 0 { bits |= 1 << UInt64(index) }
+            return bits
+        }
+
+        /// Adds a key observer, counting its name's bit when the name is newly observed.
+        mutating func insert(_ observer: KeyObserver, id: UInt64, name: [UInt8]) {
+            if keys[name] == nil { keyBitCounts[WakeChannel.bit(forKeyNamed: name).trailingZeroBitCount] += 1 }
+            keys[name, default: [:]][id] = observer
+        }
+
+        /// Removes a key observer; returns whether it was there.
+        mutating func removeKeyObserver(id: UInt64, name: [UInt8]) -> Bool {
+            guard keys[name]?.removeValue(forKey: id) != nil else { return false }
+            if keys[name]?.isEmpty == true {
+                keys[name] = nil
+                keyBitCounts[WakeChannel.bit(forKeyNamed: name).trailingZeroBitCount] -= 1
             }
+            return true
         }
     }
 
@@ -109,17 +126,16 @@ final class ObserverRegistry: Sendable {
         let id = register(core: core, readingKey: name, wakingOn: WakeChannel.bit(forKeyNamed: name)) {
             state, id, start in
             let baseline: Baseline = start.map { .known($0.bytes) } ?? .unknown
-            state.keys[name, default: [:]][id] = KeyObserver(
-                baseline: baseline, position: start?.sequence ?? state.dispatched, activity: activity,
-                handler: handler)
+            state.insert(
+                KeyObserver(
+                    baseline: baseline, position: start?.sequence ?? state.dispatched, activity: activity,
+                    handler: handler),
+                id: id, name: name)
             registered(start?.bytes)
         }
         return ObservationToken { [weak self] in
             activity.isActive.store(false, ordering: .releasing)
-            self?.remove { state in
-                state.keys[name]?[id] = nil
-                if state.keys[name]?.isEmpty == true { state.keys[name] = nil }
-            }
+            self?.remove { $0.removeKeyObserver(id: id, name: name) }
         }
     }
 
@@ -132,7 +148,7 @@ final class ObserverRegistry: Sendable {
         }
         return ObservationToken { [weak self] in
             activity.isActive.store(false, ordering: .releasing)
-            self?.remove { $0.commitObservers[id] = nil }
+            self?.remove { $0.commitObservers.removeValue(forKey: id) != nil }
         }
     }
 
@@ -150,11 +166,12 @@ final class ObserverRegistry: Sendable {
         return ObservationToken { [weak self] in
             activity.isActive.store(false, ordering: .releasing)
             self?.remove { state in
-                state.prefixes[prefix]?[id] = nil
-                guard state.prefixes[prefix]?.isEmpty == true else { return }
+                guard state.prefixes[prefix]?.removeValue(forKey: id) != nil else { return false }
+                guard state.prefixes[prefix]?.isEmpty == true else { return true }
                 state.prefixes[prefix] = nil
                 state.prefixLengths[prefix.count, default: 1] -= 1
                 if state.prefixLengths[prefix.count] == 0 { state.prefixLengths[prefix.count] = nil }
+                return true
             }
         }
     }
@@ -207,6 +224,7 @@ final class ObserverRegistry: Sendable {
                 if start == nil { state.needsComparing = true }
                 state.nextID += 1
                 insert(&state, state.nextID, start)
+                state.observerCount += 1
                 if state.watcher == nil, !state.isClosed {
                     state.watcher = ExternalWatcher(
                         core: core, waiter: waiter, transactionID: start?.transactionID ?? 0,
@@ -220,9 +238,9 @@ final class ObserverRegistry: Sendable {
 
     /// Removes an observer; the last one's removal stops the watcher in the same step, so a
     /// concurrent registration either sees the watcher running or starts a new one.
-    private func remove(_ body: (inout State) -> Void) {
+    private func remove(_ body: (inout State) -> Bool) {
         let stopped = state.withLock { state -> ExternalWatcher? in
-            body(&state)
+            if body(&state) { state.observerCount -= 1 }
             // Still counts the registrations in progress, whose bits must stay.
             let remaining = interest.subtract(1, ordering: .sequentiallyConsistent).newValue
             if remaining == state.observerCount { waiterIfClaimed?.set(state.wakeBits) }
