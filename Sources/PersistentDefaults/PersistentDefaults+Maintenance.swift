@@ -92,9 +92,15 @@ extension PersistentDefaults {
 
     /// Checks the whole store: every value decodes (as its key's declared type, for a declared
     /// key), every declaration and log record decodes, the log's sequence numbers have no gaps,
-    /// and each key's newest logged change matches the data.
+    /// each key's newest logged change matches the data, and every page of the file is a meta
+    /// page, a page of a database or on LMDB's free-page list, once (a free list that names a
+    /// page in use is what a power cut of a `.bounded` store can leave; only a writer reads it).
     /// Returns one line per problem; an empty array means the store is consistent.
     public func verify() throws -> [String] {
+        try verifyContents() + (try core.pageAccountingProblem().map { [$0] } ?? [])
+    }
+
+    private func verifyContents() throws -> [String] {
         try core.environment.withRead { transaction in
             var problems: [String] = []
             // By the names' bytes: `String` equality would merge NFC and NFD forms of a name.

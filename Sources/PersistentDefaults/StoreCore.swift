@@ -381,3 +381,58 @@ extension StoreCore {
         }
     }
 }
+
+extension StoreCore {
+    /// LMDB's page accounting: after every commit, each page up to the last one in use is one of
+    /// the two meta pages, a page of a database (the free-page list's own, the main database's
+    /// and the named ones') or listed free in the free-page database (mdb.c: `mdb_page_alloc`
+    /// takes pages from that list or past the last one; `mdb_freelist_save` lists what a commit
+    /// freed). A different sum means the free list names pages in use or lost some. Returns the
+    /// problem, or nil; also nil when another client keeps databases of its own in the file, or
+    /// writers committed during every one of three tries (the snapshot must be the newest, whose
+    /// last page `mdb_env_info` reports).
+    func pageAccountingProblem() throws -> String? {
+        guard let accounting = try pageAccounting(), accounting.counted != accounting.expected else { return nil }
+        return "LMDB's pages do not add up: \(accounting.expected) pages in use, but the databases, the free-page"
+            + " list and the meta pages account for \(accounting.counted) (a damaged free-page list; the next"
+            + " write may overwrite data)"
+    }
+
+    /// The pages the newest snapshot accounts for and the pages in use (`mdb_env_info`'s last
+    /// page + 1); see ``pageAccountingProblem()`` for when it is nil.
+    func pageAccounting() throws -> (counted: Int, expected: Int)? {
+        for _ in 0..<3 {
+            let before = environment.info()
+            let counted = try environment.withRead { transaction -> (id: Int, pages: Int)? in
+                let main = try transaction.statistics(Self.mainDatabase)
+                guard main.entries == 3 else { return nil }  // Only the values, log and meta databases.
+                var pages = 2  // The meta pages.
+                for database in [Self.freeDatabase, Self.mainDatabase, databases.values, databases.log, databases.meta]
+                {
+                    let statistics = try transaction.statistics(database)
+                    pages += statistics.branchPages + statistics.leafPages + statistics.overflowPages
+                }
+                // Each record of the free-page database is a list of page numbers (`pgno_t`, a
+                // `size_t`) led by its length.
+                try transaction.forEach(Self.freeDatabase) { _, value in
+                    guard value.count >= MemoryLayout<Int>.size else { return true }
+                    pages += Int(value.loadUnaligned(as: Int.self))
+                    return true
+                }
+                return (transaction.id, pages)
+            }
+            guard let counted else { return nil }
+            let after = environment.info()
+            guard before.lastTransactionID == after.lastTransactionID, counted.id == after.lastTransactionID else {
+                continue
+            }
+            return (counted.pages, after.lastPage + 1)
+        }
+        return nil
+    }
+
+    /// LMDB's free-page database (`FREE_DBI`), readable by read-only transactions.
+    static let freeDatabase: DatabaseHandle = 0
+    /// LMDB's main database (`MAIN_DBI`), which holds the named databases' records.
+    static let mainDatabase: DatabaseHandle = 1
+}
