@@ -84,18 +84,18 @@ final class ObserverRegistry: Sendable {
             return bits
         }
 
-        /// Adds a key observer, counting its name's bit when the name is newly observed.
-        mutating func insert(_ observer: KeyObserver, id: UInt64, name: [UInt8]) {
-            if keys[name] == nil { keyBitCounts[WakeChannel.bit(forKeyNamed: name).trailingZeroBitCount] += 1 }
+        /// Adds a key observer, counting the name's wake-up bit when the name is newly observed.
+        mutating func insert(_ observer: KeyObserver, id: UInt64, name: [UInt8], bit: UInt64) {
+            if keys[name] == nil { keyBitCounts[bit.trailingZeroBitCount] += 1 }
             keys[name, default: [:]][id] = observer
         }
 
         /// Removes a key observer; returns whether it was there.
-        mutating func removeKeyObserver(id: UInt64, name: [UInt8]) -> Bool {
+        mutating func removeKeyObserver(id: UInt64, name: [UInt8], bit: UInt64) -> Bool {
             guard keys[name]?.removeValue(forKey: id) != nil else { return false }
             if keys[name]?.isEmpty == true {
                 keys[name] = nil
-                keyBitCounts[WakeChannel.bit(forKeyNamed: name).trailingZeroBitCount] -= 1
+                keyBitCounts[bit.trailingZeroBitCount] -= 1
             }
             return true
         }
@@ -123,19 +123,20 @@ final class ObserverRegistry: Sendable {
         registered: ([UInt8]?) -> Void = { _ in }
     ) -> ObservationToken {
         let activity = Activity()
-        let id = register(core: core, readingKey: name, wakingOn: WakeChannel.bit(forKeyNamed: name)) {
+        let bit = WakeChannel.bit(forKeyNamed: name)
+        let id = register(core: core, readingKey: name, wakingOn: bit) {
             state, id, start in
             let baseline: Baseline = start.map { .known($0.bytes) } ?? .unknown
             state.insert(
                 KeyObserver(
                     baseline: baseline, position: start?.sequence ?? state.dispatched, activity: activity,
                     handler: handler),
-                id: id, name: name)
+                id: id, name: name, bit: bit)
             registered(start?.bytes)
         }
         return ObservationToken { [weak self] in
             activity.isActive.store(false, ordering: .releasing)
-            self?.remove { $0.removeKeyObserver(id: id, name: name) }
+            self?.remove { $0.removeKeyObserver(id: id, name: name, bit: bit) }
         }
     }
 
