@@ -12,28 +12,26 @@ public func cpuSeconds() -> Double {
     return seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
-/// The sum of the first field of each thread's `schedstat` (time on a processor, ns); nil when
-/// the files cannot be read.
-private func scheduledNanoseconds() -> UInt64? {
-    guard let threads = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task"), !threads.isEmpty
-    else { return nil }
-    var total: UInt64 = 0
-    for thread in threads {
-        // A thread that ended since the listing has no file any more: its time is gone with it.
-        guard let text = try? String(contentsOfFile: "/proc/self/task/\(thread)/schedstat", encoding: .utf8) else {
-            continue
-        }
-        guard let first = text.split(separator: " ").first, let nanoseconds = UInt64(first) else { return nil }
-        total += nanoseconds
-    }
-    return total
-}
-
 /// CPU time of the calling thread, in seconds (`/proc/thread-self/schedstat`); the process's
 /// (`cpuSeconds()`) where that file does not exist.
 public func threadCPUSeconds() -> Double {
-    guard let text = try? String(contentsOfFile: "/proc/thread-self/schedstat", encoding: .utf8),
-        let first = text.split(separator: " ").first, let nanoseconds = UInt64(first)
-    else { return cpuSeconds() }
-    return Double(nanoseconds) / 1e9
+    schedstatNanoseconds("/proc/thread-self/schedstat").map { Double($0) / 1e9 } ?? cpuSeconds()
+}
+
+/// The sum of every thread's time on a processor (ns); nil when the files cannot be read.
+private func scheduledNanoseconds() -> UInt64? {
+    // The process's own file tells whether this kernel has them in the expected form.
+    guard schedstatNanoseconds("/proc/self/schedstat") != nil,
+        let threads = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task"), !threads.isEmpty
+    else { return nil }
+    // A thread that ended since the listing has no file any more: its time is gone with it.
+    return threads.reduce(0) { $0 + (schedstatNanoseconds("/proc/self/task/\($1)/schedstat") ?? 0) }
+}
+
+/// The first field of a `schedstat` file: time spent on a processor, in nanoseconds.
+private func schedstatNanoseconds(_ path: String) -> UInt64? {
+    guard let text = try? String(contentsOfFile: path, encoding: .utf8),
+        let first = text.split(separator: " ").first
+    else { return nil }
+    return UInt64(first)
 }
