@@ -219,11 +219,7 @@ struct MirrorTests {
 
     @Test func mirroredKeysRefuseEveryOtherWriter() async throws {
         let etcd = try EtcdCluster()
-        try await withTemporaryDirectoryAsync { path in
-            let log = ErrorLog()
-            var storeOptions = PersistentDefaults.Options()
-            storeOptions.errorHandler = { log.append($0) }
-            let store = try PersistentDefaults(path: path, options: storeOptions)
+        try await withTemporaryStoreAsync { store, _, log in
             _ = try etcd.put("/fleet/svc/maxConnections", typedInt(300))
             // A commit before the mirror exists: the next write transaction may take the mirror
             // owners it read (none) from it, unless the mirror's record in meta invalidates them.
@@ -264,11 +260,7 @@ struct MirrorTests {
 
     @Test func aValueThatDoesNotParseIsReportedAndTheRestOfItsRevisionApplied() async throws {
         let etcd = try EtcdCluster()
-        try await withTemporaryDirectoryAsync { path in
-            let log = ErrorLog()
-            var storeOptions = PersistentDefaults.Options()
-            storeOptions.errorHandler = { log.append($0) }
-            let store = try PersistentDefaults(path: path, options: storeOptions)
+        try await withTemporaryStoreAsync { store, _, log in
             _ = try etcd.put("/fleet/svc/maxConnections", typedInt(300))
             let mirror = try fleetMirror(store, etcd)
             try await mirror.start()
@@ -291,11 +283,7 @@ struct MirrorTests {
 
     @Test func theConsistencyCheckRepairsADivergentLocalCopy() async throws {
         let etcd = try EtcdCluster()
-        try await withTemporaryDirectoryAsync { path in
-            let log = ErrorLog()
-            var storeOptions = PersistentDefaults.Options()
-            storeOptions.errorHandler = { log.append($0) }
-            let store = try PersistentDefaults(path: path, options: storeOptions)
+        try await withTemporaryStoreAsync { store, _, log in
             _ = try etcd.put("/fleet/svc/maxConnections", typedInt(300))
             var options = testOptions()
             options.consistencyCheckInterval = .milliseconds(200)

@@ -9,12 +9,29 @@ func withTemporaryStore<R>(
     options: PersistentDefaults.Options = .init(), _ body: (PersistentDefaults, String, ErrorLog) throws -> R
 ) throws -> R {
     try withTemporaryDirectory { path throws in
-        let log = ErrorLog()
-        var options = options
-        options.errorHandler = { error in log.append(error) }
-        let store = try PersistentDefaults(path: path, options: options)
+        let (store, log) = try loggingStore(at: path, options: options)
         return try body(store, path, log)
     }
+}
+
+/// `withTemporaryStore` for async bodies.
+func withTemporaryStoreAsync<R>(
+    options: PersistentDefaults.Options = .init(), _ body: (PersistentDefaults, String, ErrorLog) async throws -> R
+) async throws -> R {
+    try await withTemporaryDirectoryAsync { path in
+        let (store, log) = try loggingStore(at: path, options: options)
+        return try await body(store, path, log)
+    }
+}
+
+/// A store at `path` whose error handler records what it is told.
+private func loggingStore(
+    at path: String, options: PersistentDefaults.Options
+) throws -> (PersistentDefaults, ErrorLog) {
+    let log = ErrorLog()
+    var options = options
+    options.errorHandler = { error in log.append(error) }
+    return (try PersistentDefaults(path: path, options: options), log)
 }
 
 /// A store at `path` with bounded durability (a long interval): for tests that commit many times
