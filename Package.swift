@@ -25,9 +25,11 @@ let package = Package(
             pkgConfig: "libcurl",
             providers: [.apt(["libcurl4-openssl-dev"])]
         ),
-        .target(name: "PersistentDefaults", dependencies: ["CLMDB", "CPlatform", "CCurl"]),
+        // LMDB's internal assertions on a damaged page as an error code instead of an abort.
+        .target(name: "CLMDBGuard", dependencies: ["CLMDB"]),
+        .target(name: "PersistentDefaults", dependencies: ["CLMDB", "CLMDBGuard", "CPlatform", "CCurl"]),
         .target(name: "PDInspectCore", dependencies: ["PersistentDefaults"]),
-        .executableTarget(name: "pdinspect", dependencies: ["PDInspectCore"]),
+        .executableTarget(name: "pdinspect", dependencies: ["PDInspectCore", "PersistentDefaults"]),
 
         // Not shipped: examples, test support, test fixtures, reliability drivers, the benchmark.
         // The README's main job, run by `tools/demo`.

@@ -392,7 +392,12 @@ extension StoreCore {
     /// writers committed during every one of three tries (the snapshot must be the newest, whose
     /// last page `mdb_env_info` reports).
     func pageAccountingProblem() throws -> String? {
-        guard let accounting = try pageAccounting(), accounting.counted != accounting.expected else { return nil }
+        guard let accounting = try pageAccounting() else { return nil }
+        if accounting.malformedFreeRecords > 0 {
+            return "\(accounting.malformedFreeRecords) records of LMDB's free-page list are malformed (their length"
+                + " does not match their size): the next write may overwrite data"
+        }
+        guard accounting.counted != accounting.expected else { return nil }
         return "LMDB's pages do not add up: \(accounting.expected) pages in use, but the databases, the free-page"
             + " list and the meta pages account for \(accounting.counted) (a damaged free-page list; the next"
             + " write may overwrite data)"
@@ -400,10 +405,10 @@ extension StoreCore {
 
     /// The pages the newest snapshot accounts for and the pages in use (`mdb_env_info`'s last
     /// page + 1); see ``pageAccountingProblem()`` for when it is nil.
-    func pageAccounting() throws -> (counted: Int, expected: Int)? {
+    func pageAccounting() throws -> (counted: Int, expected: Int, malformedFreeRecords: Int)? {
         for _ in 0..<3 {
             let before = environment.info()
-            let counted = try environment.withRead { transaction -> (id: Int, pages: Int)? in
+            let counted = try environment.withRead { transaction -> (id: Int, pages: Int, malformed: Int)? in
                 let main = try transaction.statistics(Self.mainDatabase)
                 guard main.entries == 3 else { return nil }  // Only the values, log and meta databases.
                 var pages = 2  // The meta pages.
@@ -413,20 +418,26 @@ extension StoreCore {
                     pages += statistics.branchPages + statistics.leafPages + statistics.overflowPages
                 }
                 // Each record of the free-page database is a list of page numbers (`pgno_t`, a
-                // `size_t`) led by its length.
+                // `size_t`) led by its length; a damaged one can claim any length.
+                var malformed = 0
                 try transaction.forEach(Self.freeDatabase) { _, value in
-                    guard value.count >= MemoryLayout<Int>.size else { return true }
-                    pages += Int(value.loadUnaligned(as: Int.self))
+                    let width = MemoryLayout<Int>.size
+                    let length = value.count >= width ? value.loadUnaligned(as: Int.self) : -1
+                    guard length >= 0, length < value.count / width else {
+                        malformed += 1
+                        return true
+                    }
+                    pages += length
                     return true
                 }
-                return (transaction.id, pages)
+                return (transaction.id, pages, malformed)
             }
             guard let counted else { return nil }
             let after = environment.info()
             guard before.lastTransactionID == after.lastTransactionID, counted.id == after.lastTransactionID else {
                 continue
             }
-            return (counted.pages, after.lastPage + 1)
+            return (counted.pages, after.lastPage + 1, counted.malformed)
         }
         return nil
     }

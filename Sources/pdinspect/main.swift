@@ -1,4 +1,5 @@
 import PDInspectCore
+import PersistentDefaults
 
 #if canImport(Glibc)
     import Glibc
@@ -6,5 +7,7 @@ import PDInspectCore
     import Darwin
 #endif
 
-// Everything lives in PDInspectCore; this only connects it to the process.
+// Everything lives in PDInspectCore; this only connects it to the process. A store given to
+// pdinspect may be damaged: a fault while LMDB reads it is an error of that read, not a crash.
+try? PersistentDefaults.guardReadsAgainstDamagedPages()
 exit(Runner().run(arguments: Array(CommandLine.arguments.dropFirst())).rawValue)

@@ -41,6 +41,12 @@ public final class ChildProcess: Sendable {
 
     /// Starts `executable` with `arguments`; `environment` is added to this process's, and
     /// `directory` (when given) is the child's working directory.
+    ///
+    /// Swift's crash backtracer is off in the child unless `environment` sets `SWIFT_BACKTRACE`:
+    /// the backtracer is a grandchild that inherits the child's pipes and the descriptor through
+    /// which Foundation learns that the child ended, so while it runs, or when it stalls (seen
+    /// under ThreadSanitizer: blocked for over ten minutes after the crashed child was gone),
+    /// neither the end of the output nor the exit arrives. A crash shows as its signal.
     public init(
         _ executable: URL, _ arguments: [String], environment: [String: String] = [:], directory: String? = nil,
         input: Input = .none, errors: Errors = .inherited
@@ -48,7 +54,9 @@ public final class ChildProcess: Sendable {
         process = Process()
         process.executableURL = executable
         process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        process.environment = ProcessInfo.processInfo.environment.merging(
+            ["SWIFT_BACKTRACE": "enable=no"].merging(environment) { $1 }
+        ) { $1 }
         if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
         let outputPipe = Pipe()
         process.standardOutput = outputPipe
@@ -137,15 +145,22 @@ public final class ChildProcess: Sendable {
     /// Sends SIGTERM.
     public func terminate() { process.terminate() }
 
-    /// Kills the process with SIGKILL and waits for it to end.
-    public func kill() {
+    /// Kills the process with SIGKILL and waits, at most `timeout` seconds, until its end is seen
+    /// (a grandchild holding its descriptors can delay that); whether it was.
+    @discardableResult
+    public func kill(timeout: Double = 30) -> Bool {
         _ = Foundation.kill(process.processIdentifier, SIGKILL)
+        guard exited.wait(timeout: .now() + timeout) == .success else { return false }
+        exited.signal()
         process.waitUntilExit()
+        return true
     }
 
     /// How a finished process ended, with everything it wrote to standard output.
     public var result: ProcessResult {
-        ProcessResult(
+        // Killed, but its end not seen (see `kill(timeout:)`): reported as killed.
+        guard !process.isRunning else { return ProcessResult(status: SIGKILL, exitedNormally: false, output: text) }
+        return ProcessResult(
             status: process.terminationStatus, exitedNormally: process.terminationReason == .exit, output: text)
     }
 }

@@ -152,6 +152,7 @@ final class Environment: @unchecked Sendable {
             throw .lmdb(code: .invalid, operation: "mdb_env_create")
         }
         do {
+            try installAssertionGuard(env)
             try check(mdb_env_set_maxdbs(env, 8), "mdb_env_set_maxdbs")
             try check(mdb_env_set_mapsize(env, mapSize ?? configuration.mapSize), "mdb_env_set_mapsize")
             try check(

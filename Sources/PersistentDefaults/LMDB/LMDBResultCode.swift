@@ -1,4 +1,5 @@
 import CLMDB
+import CLMDBGuard
 
 /// A return code of an LMDB call, kept raw so that nothing is lost.
 ///
@@ -12,7 +13,14 @@ public struct LMDBResultCode: RawRepresentable, Hashable, Sendable, CustomString
     public init(rawValue: Int32) { self.rawValue = rawValue }
 
     /// The library's own description of the code, from `mdb_strerror`.
-    public var description: String { String(cString: mdb_strerror(rawValue)) }
+    public var description: String {
+        switch self {
+        case .assertionFailed: return "LMDB stopped on one of its internal assertions: a page of the store is damaged"
+        case .faulted: return "LMDB faulted reading the store: a page of the store is damaged"
+        default: break
+        }
+        return String(cString: mdb_strerror(rawValue))
+    }
 
     /// The key/data pair already exists. (`MDB_KEYEXIST`)
     public static let keyExists = Self(rawValue: MDB_KEYEXIST)
@@ -48,4 +56,11 @@ public struct LMDBResultCode: RawRepresentable, Hashable, Sendable, CustomString
     public static let badValueSize = Self(rawValue: MDB_BAD_VALSIZE)
     /// A database handle changed unexpectedly. (`MDB_BAD_DBI`)
     public static let badDatabaseHandle = Self(rawValue: MDB_BAD_DBI)
+    /// LMDB failed one of its internal assertions while reading a damaged page. LMDB itself
+    /// aborts the process there; the library's cursor reads (iterating keys, the log, `verify()`,
+    /// `pdinspect`) turn it into this code instead. Not one of LMDB's codes.
+    public static let assertionFailed = Self(rawValue: PD_MDB_ASSERTION)
+    /// LMDB faulted (SIGSEGV, SIGBUS) following a damaged page, in a process that asked for such
+    /// faults to end the read instead of the process, as `pdinspect` does. Not one of LMDB's codes.
+    public static let faulted = Self(rawValue: PD_MDB_FAULT)
 }

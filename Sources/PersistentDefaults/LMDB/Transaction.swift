@@ -97,9 +97,9 @@ struct Transaction {
         var key = MDB_val()
         var data = MDB_val()
         while true {
-            let code = mdb_cursor_get(cursor, &key, &data, MDB_FIRST)
+            let code = guardedCursorGet(cursor, &key, &data, MDB_FIRST)
             if code == MDB_NOTFOUND { return deleted }
-            try check(code, "mdb_cursor_get")
+            try checkCursorStep(code)
             guard try shouldDelete(UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)) else {
                 return deleted
             }
@@ -144,9 +144,9 @@ struct Transaction {
             operation = reverse ? MDB_LAST : MDB_FIRST
         }
         while true {
-            let code = mdb_cursor_get(cursor, &key, &data, operation)
+            let code = guardedCursorGet(cursor, &key, &data, operation)
             if code == MDB_NOTFOUND { return }
-            try check(code, "mdb_cursor_get")
+            try checkCursorStep(code)
             let keyBytes = UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)
             let valueBytes = UnsafeRawBufferPointer(start: data.mv_data, count: data.mv_size)
             guard try body(keyBytes, valueBytes) else { return }

@@ -84,8 +84,6 @@ func runWriter(path: String, settings: Settings, disk: String, random: inout Spl
     environment["PD_LOG_RETENTION"] = "20000"  // more than a cut commits, so the checker sees every record
     environment["PD_LOG_RETENTION_BYTES"] = "\(64 << 20)"  // the 4 MiB default prunes within a 1 s bounded cut
     environment["LD_PRELOAD"] = disk
-    // A crash is reported by its signal; the backtracer would hold the pipes open for long.
-    environment["SWIFT_BACKTRACE"] = "enable=no"
     let delay = Int.random(in: 0...(settings.maxDelayMilliseconds * 1_000), using: &random)
     environment["PCDISK_CUT_AFTER_US"] = "\(delay)"
     environment["PCDISK_SEED"] = "\(random.next())"
@@ -312,9 +310,12 @@ func main() -> ToolExitCode {
                 if !missing.isEmpty { tally.caught += 1 }
                 tally.checkedBefore += checker.acknowledgedChecked
                 tally.lostBefore += checker.acknowledgedLost
-                if let keep = settings.keep, kept < 5 {
+                // The first five, and every store that crashed pdinspect (a defect to study).
+                let crashed = problems.contains { $0.hasPrefix("pdinspect check crashed") }
+                if let keep = settings.keep, kept < 5 || crashed {
                     try? FileManager.default.createDirectory(atPath: keep, withIntermediateDirectories: true)
-                    try? FileManager.default.copyItem(atPath: path, toPath: keep + "/cut-\(tally.cuts)")
+                    try? FileManager.default.copyItem(
+                        atPath: path, toPath: keep + (crashed ? "/crash-" : "/cut-") + "\(tally.cuts)")
                     kept += 1
                 }
                 try? FileManager.default.removeItem(atPath: path)

@@ -1,0 +1,43 @@
+import CLMDB
+import CLMDBGuard
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Makes an assertion LMDB fails on a damaged page, inside ``guardedCursorGet(_:_:_:_:)``, an
+/// error of that call instead of the end of the process. (`mdb_env_set_assert`)
+func installAssertionGuard(_ env: EnvironmentHandle) throws(PersistentDefaultsError) {
+    try check(pd_mdb_install_assert_callback(env), "mdb_env_set_assert")
+}
+
+/// `mdb_cursor_get`, returning ``LMDBResultCode/assertionFailed`` where LMDB would have aborted
+/// the process; ``lastAssertion`` then has LMDB's message.
+func guardedCursorGet(
+    _ cursor: OpaquePointer, _ key: inout MDB_val, _ data: inout MDB_val, _ operation: MDB_cursor_op
+) -> Int32 {
+    pd_mdb_cursor_get_guarded(cursor, &key, &data, operation)
+}
+
+/// LMDB's message for the last ``LMDBResultCode/assertionFailed`` a guarded call on this thread
+/// returned, such as `mdb.c:5921: Assertion 'IS_LEAF(mp)' failed in mdb_cursor_next()`.
+var lastAssertion: String { String(cString: pd_mdb_last_assertion()) }
+
+/// Throws for a cursor step's code, with what stopped LMDB when a guard did.
+func checkCursorStep(_ code: Int32) throws(PersistentDefaultsError) {
+    guard code != PD_MDB_ASSERTION, code != PD_MDB_FAULT else {
+        throw .lmdb(code: LMDBResultCode(rawValue: code), operation: "mdb_cursor_get (\(lastAssertion))")
+    }
+    try check(code, "mdb_cursor_get")
+}
+
+extension PersistentDefaults {
+    /// From now on, in this whole process, a read fault (SIGSEGV, SIGBUS) inside one of the
+    /// library's cursor reads ends that read with ``LMDBResultCode/faulted`` instead of the
+    /// process; faults elsewhere reach the handler that was there before. LMDB trusts the pages
+    /// it reads, and a damaged page can send it through a null or wild pointer. For tools that
+    /// open stores which may be damaged: `pdinspect` calls it first.
+    package static func guardReadsAgainstDamagedPages() throws(PersistentDefaultsError) {
+        guard pd_mdb_guard_faults() == 0 else { throw .fileSystem(path: "", errno: errno, operation: "sigaction") }
+    }
+}
