@@ -33,8 +33,8 @@ static void fault_handler(int signal, siginfo_t *info, void *context) {
     guard *const current = active_guard;
     if (current != NULL) {
         // Only async-signal-safe work here: copy a constant message and jump.
-        const char *text = signal == SIGBUS ? "a read of the store's map faulted (SIGBUS): a page is damaged"
-                                            : "a read of the store's map faulted (SIGSEGV): a page is damaged";
+        const char *text = signal == SIGBUS ? "SIGBUS reading the map"
+                                            : "SIGSEGV reading the map";
         strncpy(stop_message, text, sizeof stop_message - 1);
         active_guard = NULL;
         // SA_NODEFER left the signal unblocked, so no mask needs restoring after the jump.
@@ -58,6 +58,15 @@ int pd_mdb_guard_faults(void) {
     return 0;
 }
 
+/// Reads one byte in every 4 KiB of `value` and its last byte: a record that a damaged page sends
+/// past the end of the file (SIGBUS) or of the map (SIGSEGV, or into another mapping past
+/// a hole) faults here.
+static void touch(const MDB_val *value) {
+    const volatile unsigned char *bytes = value->mv_data;
+    for (size_t offset = 0; offset < value->mv_size; offset += 4096) (void)bytes[offset];
+    if (value->mv_size > 0) (void)bytes[value->mv_size - 1];
+}
+
 int pd_mdb_cursor_get_guarded(MDB_cursor *cursor, MDB_val *key, MDB_val *data, MDB_cursor_op op) {
     guard point;
     guard *const outer = active_guard;
@@ -68,6 +77,12 @@ int pd_mdb_cursor_get_guarded(MDB_cursor *cursor, MDB_val *key, MDB_val *data, M
     }
     active_guard = &point;
     const int code = mdb_cursor_get(cursor, key, data, op);
+    if (code == MDB_SUCCESS) {
+        // A damaged page can give a record a size or an overflow page past the end of the file:
+        // its bytes are reached here, under the guard, before the caller copies them.
+        touch(key);
+        touch(data);
+    }
     active_guard = outer;
     return code;
 }

@@ -14,6 +14,9 @@ import Testing
         /// The node of "k150" says it holds duplicates (`F_DUPDATA`) in a database without them:
         /// stepping onto it sends LMDB through a null sub-cursor pointer (SIGSEGV).
         case nodeMarkedDuplicates
+        /// The node of "k150" claims 16 MiB more data than it has: reading it runs past the end
+        /// of the file (SIGBUS) or the map (SIGSEGV).
+        case valueSizePastTheFile
     }
 
     /// Fills a store with 300 keys in one commit, closes it, then damages its file.
@@ -43,6 +46,9 @@ import Testing
                 // A leaf node: data size (4 bytes), flags (2; F_DUPDATA = 4), key size (2), key.
                 guard bytes[at - 2] == 4, bytes[at - 1] == 0 else { continue }
                 bytes[at - 4] = 4
+            case .valueSizePastTheFile:
+                guard bytes[at - 2] == 4, bytes[at - 1] == 0 else { continue }
+                bytes[at - 5] = 1  // The data size's high half (bytes 2–3 of the node) gains 256 << 16.
             }
             damaged += 1
         }
@@ -83,7 +89,9 @@ import Testing
         }
     }
 
-    @Test(arguments: [(Damage.leafMarkedBranch, "assertion"), (.nodeMarkedDuplicates, "faulted")])
+    @Test(arguments: [
+        (Damage.leafMarkedBranch, "assertion"), (.nodeMarkedDuplicates, "faulted"), (.valueSizePastTheFile, "faulted"),
+    ])
     func pdinspectCheckPrintsOneLineAndExitsWithAStoreError(damage: Damage, says: String) throws {
         try withTemporaryDirectory { path throws in
             try Self.damagedStore(at: path, damage)

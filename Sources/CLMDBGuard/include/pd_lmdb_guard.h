@@ -30,7 +30,8 @@ int pd_mdb_guard_faults(void);
 int pd_mdb_install_assert_callback(MDB_env *env);
 
 /// `mdb_cursor_get`, returning PD_MDB_ASSERTION where LMDB would have aborted (and PD_MDB_FAULT
-/// where it faulted, under pd_mdb_guard_faults).
+/// where it faulted, under pd_mdb_guard_faults). A byte in every 4 KiB of the key and the data it
+/// found is read before it returns, so a record reaching past the end of the file faults in here.
 int pd_mdb_cursor_get_guarded(MDB_cursor *cursor, MDB_val *key, MDB_val *data, MDB_cursor_op op);
 
 /// What stopped the last guarded call on this thread that returned PD_MDB_ASSERTION or
