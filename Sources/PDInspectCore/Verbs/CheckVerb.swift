@@ -7,7 +7,8 @@ struct CheckVerb: VerbCommand {
 
     static let name = "check"
     static let synopsis = "DB [--json]"
-    static let summary = "verify that every value decodes and the log is consistent (exit 1 if not)"
+    static let summary =
+        "verify that every value decodes and the log is consistent (exit 1 if not; exit 3 with one line when LMDB cannot read a damaged page)"
     static let options = [OptionSpec.json]
 
     static func parse(_ arguments: ParsedArguments) throws(UsageError) -> Self {
