@@ -80,6 +80,9 @@ extension PersistentDefaults {
         /// The value read while the key is not stored.
         public let defaultValue: Value
         @usableFromInline let codec: ValueCodec<Value>
+        /// Whether a read may decode the stored bytes where LMDB keeps them, inside the read:
+        /// only when decoding runs no user code (``ValueCodec/runsUserCode``).
+        @usableFromInline let decodesInsideRead: Bool
         /// The default's bytes are `null`: setting nil removes the key instead of storing null.
         let removesNil: Bool
         /// A key type's hook: remove instead of storing this value.
@@ -97,6 +100,7 @@ extension PersistentDefaults {
         ) {
             self.defaultValue = defaultValue
             self.codec = codec
+            decodesInsideRead = !codec.runsUserCode
             removesNil = (try? codec.encode(defaultValue)) == [StoredValue.Tag.null.rawValue]
             self.shouldRemove = shouldRemove
             self.shouldOverwrite = shouldOverwrite

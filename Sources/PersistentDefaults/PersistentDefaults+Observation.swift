@@ -26,7 +26,7 @@ extension PersistentDefaults {
         _ key: Key<Value>, queue: DispatchQueue? = nil, _ handler: @escaping @Sendable (KeyChange<Value>) -> Void
     ) -> ObservationToken {
         observe(
-            key, registered: { _ in },
+            key, registered: nil,
             deliver: { change in
                 if let queue { queue.async { handler(change) } } else { handler(change) }
             })
@@ -118,8 +118,20 @@ extension PersistentDefaults {
     /// ends when the iterating task is cancelled or the stream is released.
     public func updates<Value>(for key: Key<Value>) -> AsyncStream<Value> {
         AsyncStream(bufferingPolicy: .bufferingNewest(1)) { continuation in
+            // The start value is decoded after the registration, outside the registry's lock, so
+            // a change may be delivered first: the start value, older, is then not yielded.
+            let delivered = Locked(false)
             let token = observe(
-                key, registered: { continuation.yield($0) }, deliver: { continuation.yield($0.newValue) })
+                key,
+                registered: { start in
+                    delivered.withLock { if !$0 { continuation.yield(start) } }
+                },
+                deliver: { change in
+                    delivered.withLock {
+                        $0 = true
+                        continuation.yield(change.newValue)
+                    }
+                })
             continuation.onTermination = { _ in token.cancel() }
         }
     }
@@ -131,11 +143,11 @@ extension PersistentDefaults {
     }
 
     /// Registers a key observer that gets decoded changes; `registered` gets the value at the
-    /// observer's start before any change can be delivered (under the registry lock: it must
-    /// not block). A key with an invalid name is refused: the error is reported and the token
-    /// observes nothing.
+    /// observer's start, decoded after the registration with no lock of the store held (a
+    /// type's decoding is the user's code), so a change may be delivered before it. A key with
+    /// an invalid name is refused: the error is reported and the token observes nothing.
     private func observe<Value>(
-        _ key: Key<Value>, registered: @escaping (Value) -> Void,
+        _ key: Key<Value>, registered: ((Value) -> Void)?,
         deliver: @escaping @Sendable (KeyChange<Value>) -> Void
     ) -> ObservationToken {
         core.observe(key, registered: registered, deliver: deliver)
@@ -145,14 +157,14 @@ extension PersistentDefaults {
 extension StoreCore {
     /// Registers a key observer that gets decoded changes; see `PersistentDefaults.observe`.
     func observe<Value>(
-        _ key: PersistentDefaults.Key<Value>, registered: (Value) -> Void,
+        _ key: PersistentDefaults.Key<Value>, registered: ((Value) -> Void)?,
         deliver: @escaping @Sendable (KeyChange<Value>) -> Void
     ) -> ObservationToken {
         do {
             try key.validate()
         } catch {
             reporter.report(error)
-            registered(key.defaultValue)
+            registered?(key.defaultValue)
             return ObservationToken {}
         }
         let reporter = self.reporter
@@ -167,7 +179,9 @@ extension StoreCore {
                 return nil
             }
         }
-        return observers.addKeyObserver(
+        // The start bytes are only copied under the registry lock; decoding them runs after it.
+        var start: [UInt8]?
+        let token = observers.addKeyObserver(
             name: key.nameBytes, core: self,
             handler: { old, new, sequence in
                 guard let newValue = decode(new) else { return }
@@ -175,6 +189,8 @@ extension StoreCore {
                     key: key.name, oldValue: decode(old) ?? key.defaultValue, newValue: newValue, sequence: sequence)
                 deliver(change)
             },
-            registered: { registered(decode($0) ?? key.defaultValue) })
+            registered: { start = $0 })
+        if let registered { registered(decode(start) ?? key.defaultValue) }
+        return token
     }
 }

@@ -62,6 +62,14 @@ public final class PersistentDefaults: Sendable {
     @inlinable
     public func value<Value>(for key: Key<Value>) throws -> Value {
         var value: Value?
+        guard key.decodesInsideRead else {
+            // The type's decoding is the user's code, which may read or write the store (even
+            // grow its map): it runs on a copy, after the read, holding nothing of the store.
+            var copy: [UInt8]?
+            try core.readValue(of: key) { bytes in copy = bytes.map { Array($0) } }
+            guard let copy else { return key.defaultValue }
+            return try copy.withUnsafeBytes { try key.decode($0) }
+        }
         try core.readValue(of: key) { bytes in
             if let bytes { value = try key.decode(bytes) } else { value = key.defaultValue }
         }

@@ -38,6 +38,13 @@ enum StoreFiles {
         guard info.st_mode & S_IFMT == S_IFREG else {
             throw .notAStore(path: path, reason: "\(dataFile) is not a file")
         }
+        // Another process is creating the store, or a creation ended before its first commit:
+        // an open that may create hands the file to LMDB, which waits for that creator or
+        // finishes the creation. Checking the header now would refuse a store that is about to
+        // exist (seen: two services starting at once, one refused "data.mdb is empty").
+        if creating, DataFileHeader.isUnfinishedCreation(data, size: Int(info.st_size)) {
+            return Prepared(createdData: false)
+        }
         guard info.st_size > 0 else { throw .notAStore(path: path, reason: "\(dataFile) is empty") }
         try DataFileHeader.check(data, size: Int(info.st_size), store: path)
         return Prepared(createdData: false)

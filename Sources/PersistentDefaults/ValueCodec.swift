@@ -18,6 +18,10 @@ struct ValueCodec<Value>: @unchecked Sendable {
     let storedTag: StoredValue.Tag
     /// Whether the type is optional, so that an explicit `null` (tag `0x00`) decodes.
     var isOptional = false
+    /// Whether decoding runs the user's code — a type's `init(from:)` or `init(rawValue:)`, a
+    /// key type's conversion — which may use the store itself, so it must run with nothing of
+    /// the store held. False only for the primitive types, decoded by the library alone.
+    var runsUserCode = true
 
     /// Decodes copied bytes.
     func decode(_ bytes: [UInt8]) throws(StoredValueError) -> Value {
@@ -40,7 +44,7 @@ struct ValueCodec<Value>: @unchecked Sendable {
                 do { return try fromStored(stored) } catch let error as StoredValueError {
                     throw error
                 } catch { throw StoredValueError("conversion failed: \(error)") }
-            }, storedTag: storedTag, isOptional: isOptional)
+            }, storedTag: storedTag, isOptional: isOptional, runsUserCode: true)
     }
 }
 
@@ -118,7 +122,7 @@ extension ValueCodec {
             decode: { (bytes) throws(StoredValueError) in
                 if bytes.count == 1, bytes[0] == StoredValue.Tag.null.rawValue { return nil }
                 return try base.decode(bytes)
-            }, storedTag: base.storedTag, isOptional: true)
+            }, storedTag: base.storedTag, isOptional: true, runsUserCode: base.runsUserCode)
         return codec as? ValueCodec<Value>
     }
 
@@ -161,7 +165,7 @@ extension ValueCodec where Value: PrimitiveStorable {
         ValueCodec(
             encode: { (value) throws(StoredValueError) in try value.storedValue().encodedValue },
             decode: { (bytes) throws(StoredValueError) in try Value.decode(bytes) },
-            storedTag: Value.storedTag)
+            storedTag: Value.storedTag, runsUserCode: false)
     }
 }
 

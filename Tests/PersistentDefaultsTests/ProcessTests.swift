@@ -190,3 +190,53 @@ let canTrace: Bool = {
         #expect(PersistentDefaults.Durability.bounded(interval: .seconds(1)).description == "bounded(1.0 seconds)")
     }
 }
+
+/// Processes that create the same store at once: LMDB serialises the creation under its lock
+/// file; the library's own header check must not refuse the file another process is creating.
+@Suite struct ConcurrentCreationTests {
+    @Test func processesStartingTogetherOnANewStoreAllOpenIt() async throws {
+        for round in 0..<8 {
+            try await withTemporaryDirectoryAsync { parent in
+                let path = parent + "/store-\(round)"
+                let results = try await withThrowingTaskGroup(of: ProcessResult.self) { group in
+                    for index in 0..<6 {
+                        group.addTask { try runFixture(["set-int", path, "k\(index)", "\(index)"]) }
+                    }
+                    return try await group.reduce(into: []) { $0.append($1) }
+                }
+                #expect(results.allSatisfy { $0.status == 0 }, "\(results.map(\.output))")
+                let store = try PersistentDefaults(path: path)
+                for index in 0..<6 { #expect(store[PersistentDefaults.Key<Int>("k\(index)", default: -1)] == index) }
+                #expect(try store.verify().isEmpty)
+            }
+        }
+    }
+
+    /// An empty `data.mdb` is a creation in progress or one that ended before its first commit:
+    /// a writable open finishes it; a read-only open says the file is empty.
+    @Test func anEmptyDataFileIsFinishedByAWritableOpenAndRefusedByAReadOnlyOne() throws {
+        try withTemporaryDirectory { path throws in
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+            #expect(FileManager.default.createFile(atPath: path + "/data.mdb", contents: Data()))
+            var readOnly = PersistentDefaults.Options()
+            readOnly.readOnly = true
+            #expect(throws: PersistentDefaultsError.notAStore(path: path, reason: "data.mdb is empty")) {
+                try PersistentDefaults(path: path, options: readOnly)
+            }
+            let store = try PersistentDefaults(path: path)
+            store[.launchCount] = 3
+            #expect(store[.launchCount] == 3)
+        }
+    }
+
+    /// A file shorter than two pages that is not a store being made: LMDB's error, file unchanged.
+    @Test func aShortFileThatIsNotAStoreIsRefusedUnchanged() throws {
+        try withTemporaryDirectory { path throws in
+            let bytes = Data(repeating: 0x5A, count: 3_000)
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+            #expect(FileManager.default.createFile(atPath: path + "/data.mdb", contents: bytes))
+            #expect(throws: PersistentDefaultsError.self) { try PersistentDefaults(path: path) }
+            #expect(try Data(contentsOf: URL(fileURLWithPath: path + "/data.mdb")) == bytes)
+        }
+    }
+}

@@ -42,6 +42,26 @@ enum DataFileHeader {
         }
     }
 
+    /// Whether the data file at `path` (of `size` bytes) is one that LMDB is creating right now,
+    /// or whose creation ended before its meta pages were complete: empty, or one page holding
+    /// a new file's first meta page (transaction 0, last page 1). LMDB creates the file, then
+    /// writes both meta pages in one `pwrite` while it holds the lock file's exclusive lock, so
+    /// another process can see either. Nothing was ever committed to such a file.
+    static func isUnfinishedCreation(_ path: String, size: Int) -> Bool {
+        guard size > 0 else { return true }
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return false }
+        defer { close(descriptor) }
+        var bytes = [UInt8](repeating: 0, count: metaLength)
+        let read = bytes.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, metaLength, 0) }
+        guard read == metaLength else { return false }
+        func integer<T: FixedWidthInteger & UnsignedInteger>(_: T.Type, at offset: Int) -> T {
+            T(bigEndianBytes: bytes[offset..<offset + MemoryLayout<T>.size].reversed())
+        }
+        return integer(UInt32.self, at: magicOffset) == magic && Int(integer(UInt32.self, at: pageSizeOffset)) == size
+            && integer(UInt64.self, at: transactionOffset) == 0 && integer(UInt64.self, at: lastPageOffset) == 1
+    }
+
     /// What is wrong with a data file that starts with `header` and has `fileSize` bytes; nil
     /// when both meta pages are valid and the file holds every page the newest one names.
     static func problem(header: [UInt8], fileSize: Int) -> String? {

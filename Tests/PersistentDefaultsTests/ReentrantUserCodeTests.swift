@@ -1,0 +1,174 @@
+import Foundation
+import PDTestSupport
+import PersistentDefaults
+import Testing
+
+/// What the user's decoding code runs while it decodes: set per test, read by the types below.
+private let decodingHook = Guarded<(@Sendable () -> Void)?>(nil)
+
+/// A Codable type (stored as JSON) whose decoding runs `decodingHook`.
+private struct HookedCodable: Codable, Equatable, Sendable {
+    var number: Int
+    init(number: Int) { self.number = number }
+    init(from decoder: any Decoder) throws {
+        decodingHook.withLock { $0 }?()
+        number = try decoder.singleValueContainer().decode(Int.self)
+    }
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(number)
+    }
+}
+
+/// A RawRepresentable type whose `init(rawValue:)` runs `decodingHook`.
+private struct HookedRaw: RawRepresentable, Codable, Equatable, Sendable {
+    var rawValue: Int
+    init(rawValue: Int) {
+        decodingHook.withLock { $0 }?()
+        self.rawValue = rawValue
+    }
+}
+
+/// The user's code that runs while the library reads — a type's decoding, a conversion — runs
+/// with no lock of the store held: it may read, write, and even write enough to grow the map.
+@Suite(.serialized) struct ReentrantUserCodeTests {
+    /// Runs `body` on another thread; false when it has not returned after `timeout` seconds
+    /// (a deadlock: that thread is left behind, and the test fails instead of hanging).
+    private func finishes(within timeout: Double = 60, _ body: @escaping @Sendable () -> Void) -> Bool {
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            body()
+            done.signal()
+        }.start()
+        return done.wait(timeout: .now() + timeout) == .success
+    }
+
+    /// A store with a 1 MiB map, so that the hook's 2 MiB write must grow it.
+    private func smallMapStore(_ body: (PersistentDefaults) throws -> Void) throws {
+        var options = PersistentDefaults.Options()
+        options.initialMapSize = 1 << 20
+        try withTemporaryStore(options: options) { store, _, _ throws in try body(store) }
+    }
+
+    private static let big = PersistentDefaults.Key<Data>("big", default: Data())
+
+    @Test func aDecoderThatWritesEnoughToGrowTheMapDoesNotDeadlockAGet() throws {
+        try smallMapStore { store in
+            let key = PersistentDefaults.Key<HookedCodable>("hooked", default: HookedCodable(number: 0))
+            try store.set(HookedCodable(number: 7), for: key)
+            let writes = Guarded(0)
+            decodingHook.withLock {
+                $0 = {
+                    let first = writes.withLock {
+                        $0 += 1
+                        return $0 == 1
+                    }
+                    guard first else { return }
+                    try? store.set(Data(repeating: 1, count: 2 << 20), for: Self.big)
+                }
+            }
+            defer { decodingHook.withLock { $0 = nil } }
+            let read = Guarded<HookedCodable?>(nil)
+            #expect(
+                finishes {
+                    let value = store[key]
+                    read.withLock { $0 = value }
+                })
+            #expect(read.withLock { $0 } == HookedCodable(number: 7))
+            #expect(store[Self.big].count == 2 << 20)
+        }
+    }
+
+    @Test func aRawValueInitialiserThatWritesDoesNotDeadlockAGet() throws {
+        try smallMapStore { store in
+            let key = PersistentDefaults.Key<HookedRaw>("raw", default: HookedRaw(rawValue: 0))
+            try store.set(HookedRaw(rawValue: 5), for: key)
+            let writes = Guarded(0)
+            decodingHook.withLock {
+                $0 = {
+                    let first = writes.withLock {
+                        $0 += 1
+                        return $0 == 1
+                    }
+                    guard first else { return }
+                    try? store.set(Data(repeating: 2, count: 2 << 20), for: Self.big)
+                }
+            }
+            defer { decodingHook.withLock { $0 = nil } }
+            let read = Guarded<HookedRaw?>(nil)
+            #expect(
+                finishes {
+                    let value = try? store.value(for: key)
+                    read.withLock { $0 = value }
+                })
+            #expect(read.withLock { $0 }?.rawValue == 5)
+            #expect(store[Self.big].count == 2 << 20)
+        }
+    }
+
+    /// The start value of `updates(for:)` used to be decoded under the observer registry's
+    /// lock, where a decoder that observes the store waited for that lock forever.
+    @Test func aDecoderThatObservesTheStoreDoesNotDeadlockUpdates() throws {
+        try withTemporaryStore { store, _, _ throws in
+            let key = PersistentDefaults.Key<HookedCodable>("observed", default: HookedCodable(number: 0))
+            try store.set(HookedCodable(number: 9), for: key)
+            decodingHook.withLock { $0 = { store.observe(.launchCount) { _ in }.cancel() } }
+            defer { decodingHook.withLock { $0 = nil } }
+            let first = Guarded<Int?>(nil)
+            #expect(
+                finishes {
+                    let done = DispatchSemaphore(value: 0)
+                    Task {
+                        for await value in store.updates(for: key) {
+                            first.withLock { $0 = value.number }
+                            break
+                        }
+                        done.signal()
+                    }
+                    done.wait()
+                })
+            #expect(first.withLock { $0 } == 9)
+            // Later changes still arrive, after the start value.
+            let seen = Guarded<[Int]>([])
+            #expect(
+                finishes {
+                    let done = DispatchSemaphore(value: 0)
+                    let ready = DispatchSemaphore(value: 0)
+                    Task {
+                        var count = 0
+                        for await value in store.updates(for: key) {
+                            seen.withLock { $0.append(value.number) }
+                            count += 1
+                            if count == 1 { ready.signal() }
+                            if value.number == 10 { break }
+                        }
+                        done.signal()
+                    }
+                    ready.wait()
+                    try? store.set(HookedCodable(number: 10), for: key)
+                    done.wait()
+                })
+            #expect(seen.withLock { $0 } == [9, 10])
+        }
+    }
+
+    @Test func aWriteThatMustGrowTheMapInsideAReadScopeIsRefusedNotDeadlocked() throws {
+        try smallMapStore { store in
+            let outcome = Guarded<String?>(nil)
+            #expect(
+                finishes {
+                    do {
+                        try store.read { _ in try store.set(Data(repeating: 3, count: 2 << 20), for: Self.big) }
+                        outcome.withLock { $0 = "written" }
+                    } catch {
+                        outcome.withLock { $0 = "\(error)" }
+                    }
+                })
+            // Either it worked or it said why; the store stays usable.
+            let said = try #require(outcome.withLock { $0 })
+            #expect(said == "written" || said.contains("read"), "\(said)")
+            try store.set(Data(repeating: 4, count: 2 << 20), for: Self.big)
+            #expect(store[Self.big].first == 4)
+        }
+    }
+}
