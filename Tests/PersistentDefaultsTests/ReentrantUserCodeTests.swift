@@ -152,6 +152,82 @@ private struct HookedRaw: RawRepresentable, Codable, Equatable, Sendable {
         }
     }
 
+    /// A change committed while the start value decodes (here by the decoder itself) is
+    /// delivered first; the older start value must not be yielded after it.
+    @Test func aChangeCommittedWhileTheStartValueDecodesIsNotOvertakenByIt() throws {
+        try withTemporaryStore { store, _, _ throws in
+            let key = PersistentDefaults.Key<HookedCodable>("raced", default: HookedCodable(number: 0))
+            try store.set(HookedCodable(number: 9), for: key)
+            let decodes = Guarded(0)
+            decodingHook.withLock {
+                $0 = {
+                    let first = decodes.withLock {
+                        $0 += 1
+                        return $0 == 1
+                    }
+                    if first { try? store.set(HookedCodable(number: 100), for: key) }
+                }
+            }
+            defer { decodingHook.withLock { $0 = nil } }
+            let stream = store.updates(for: key)
+            let first = Guarded<Int?>(nil)
+            #expect(
+                finishes {
+                    let done = DispatchSemaphore(value: 0)
+                    Task {
+                        for await value in stream {
+                            first.withLock { $0 = value.number }
+                            break
+                        }
+                        done.signal()
+                    }
+                    done.wait()
+                })
+            #expect(first.withLock { $0 } == 100)
+        }
+    }
+
+    /// The start value is decoded after the registration, so deliveries can overtake it: under
+    /// writers on more threads than cores, every stream started meanwhile must still yield
+    /// values in commit order (never the older start value after a newer change).
+    @Test func updatesStartedUnderContendedWritesYieldValuesInCommitOrder() throws {
+        try withTemporaryStore { store, _, _ throws in
+            let counter = PersistentDefaults.Key<Int>("counter", default: 0)
+            let stop = Guarded(false)
+            let writers = DispatchGroup()
+            for _ in 0..<4 {
+                writers.enter()
+                Thread {
+                    while !stop.withLock({ $0 }) { try? store.write { $0[counter] += 1 } }
+                    writers.leave()
+                }.start()
+            }
+            let sequences = Guarded<[[Int]]>([])
+            #expect(
+                finishes {
+                    let done = DispatchGroup()
+                    for _ in 0..<40 {
+                        done.enter()
+                        Task.detached {
+                            var seen: [Int] = []
+                            for await value in store.updates(for: counter) {
+                                seen.append(value)
+                                if seen.count == 3 { break }
+                            }
+                            sequences.withLock { $0.append(seen) }
+                            done.leave()
+                        }
+                    }
+                    done.wait()
+                })
+            stop.withLock { $0 = true }
+            writers.wait()
+            let all = sequences.withLock { $0 }
+            #expect(all.count == 40)
+            for seen in all { #expect(seen == seen.sorted() && Set(seen).count == seen.count, "\(seen)") }
+        }
+    }
+
     @Test func aWriteThatMustGrowTheMapInsideAReadScopeIsRefusedNotDeadlocked() throws {
         try smallMapStore { store in
             let outcome = Guarded<String?>(nil)
