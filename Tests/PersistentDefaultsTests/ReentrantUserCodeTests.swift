@@ -6,6 +6,20 @@ import Testing
 /// What the user's decoding code runs while it decodes: set per test, read by the types below.
 private let decodingHook = Guarded<(@Sendable () -> Void)?>(nil)
 
+/// Makes the next decoding of a hooked type run `action`, and later ones nothing.
+private func onFirstDecode(_ action: @escaping @Sendable () -> Void) {
+    let decodes = Guarded(0)
+    decodingHook.withLock {
+        $0 = {
+            let first = decodes.withLock {
+                $0 += 1
+                return $0 == 1
+            }
+            if first { action() }
+        }
+    }
+}
+
 /// A Codable type (stored as JSON) whose decoding runs `decodingHook`.
 private struct HookedCodable: Codable, Equatable, Sendable {
     var number: Int
@@ -52,58 +66,38 @@ private struct HookedRaw: RawRepresentable, Codable, Equatable, Sendable {
 
     private static let big = PersistentDefaults.Key<Data>("big", default: Data())
 
-    @Test func aDecoderThatWritesEnoughToGrowTheMapDoesNotDeadlockAGet() throws {
+    /// Stores `stored` under `key` in a store with a 1 MiB map, makes the first decoding write
+    /// 2 MiB (the map must grow), then reads with `read` on another thread: the read must
+    /// return the stored value and the write must land.
+    private func readWhoseDecodingGrowsTheMap<Value: Equatable & Sendable>(
+        _ key: PersistentDefaults.Key<Value>, stored: Value,
+        read: @escaping @Sendable (PersistentDefaults, PersistentDefaults.Key<Value>) -> Value?
+    ) throws {
         try smallMapStore { store in
-            let key = PersistentDefaults.Key<HookedCodable>("hooked", default: HookedCodable(number: 0))
-            try store.set(HookedCodable(number: 7), for: key)
-            let writes = Guarded(0)
-            decodingHook.withLock {
-                $0 = {
-                    let first = writes.withLock {
-                        $0 += 1
-                        return $0 == 1
-                    }
-                    guard first else { return }
-                    try? store.set(Data(repeating: 1, count: 2 << 20), for: Self.big)
-                }
-            }
+            try store.set(stored, for: key)
+            onFirstDecode { try? store.set(Data(repeating: 1, count: 2 << 20), for: Self.big) }
             defer { decodingHook.withLock { $0 = nil } }
-            let read = Guarded<HookedCodable?>(nil)
+            let result = Guarded<Value?>(nil)
             #expect(
                 finishes {
-                    let value = store[key]
-                    read.withLock { $0 = value }
+                    let value = read(store, key)
+                    result.withLock { $0 = value }
                 })
-            #expect(read.withLock { $0 } == HookedCodable(number: 7))
+            #expect(result.withLock { $0 } == stored)
             #expect(store[Self.big].count == 2 << 20)
         }
     }
 
+    @Test func aDecoderThatWritesEnoughToGrowTheMapDoesNotDeadlockAGet() throws {
+        try readWhoseDecodingGrowsTheMap(
+            PersistentDefaults.Key<HookedCodable>("hooked", default: HookedCodable(number: 0)),
+            stored: HookedCodable(number: 7), read: { store, key in store[key] })
+    }
+
     @Test func aRawValueInitialiserThatWritesDoesNotDeadlockAGet() throws {
-        try smallMapStore { store in
-            let key = PersistentDefaults.Key<HookedRaw>("raw", default: HookedRaw(rawValue: 0))
-            try store.set(HookedRaw(rawValue: 5), for: key)
-            let writes = Guarded(0)
-            decodingHook.withLock {
-                $0 = {
-                    let first = writes.withLock {
-                        $0 += 1
-                        return $0 == 1
-                    }
-                    guard first else { return }
-                    try? store.set(Data(repeating: 2, count: 2 << 20), for: Self.big)
-                }
-            }
-            defer { decodingHook.withLock { $0 = nil } }
-            let read = Guarded<HookedRaw?>(nil)
-            #expect(
-                finishes {
-                    let value = try? store.value(for: key)
-                    read.withLock { $0 = value }
-                })
-            #expect(read.withLock { $0 }?.rawValue == 5)
-            #expect(store[Self.big].count == 2 << 20)
-        }
+        try readWhoseDecodingGrowsTheMap(
+            PersistentDefaults.Key<HookedRaw>("raw", default: HookedRaw(rawValue: 0)),
+            stored: HookedRaw(rawValue: 5), read: { store, key in try? store.value(for: key) })
     }
 
     /// The start value of `updates(for:)` used to be decoded under the observer registry's
@@ -158,16 +152,7 @@ private struct HookedRaw: RawRepresentable, Codable, Equatable, Sendable {
         try withTemporaryStore { store, _, _ throws in
             let key = PersistentDefaults.Key<HookedCodable>("raced", default: HookedCodable(number: 0))
             try store.set(HookedCodable(number: 9), for: key)
-            let decodes = Guarded(0)
-            decodingHook.withLock {
-                $0 = {
-                    let first = decodes.withLock {
-                        $0 += 1
-                        return $0 == 1
-                    }
-                    if first { try? store.set(HookedCodable(number: 100), for: key) }
-                }
-            }
+            onFirstDecode { try? store.set(HookedCodable(number: 100), for: key) }
             defer { decodingHook.withLock { $0 = nil } }
             let stream = store.updates(for: key)
             let first = Guarded<Int?>(nil)
