@@ -60,6 +60,10 @@ func computeRatios(_ rows: [Measurement]) -> [Ratio] {
         overhead(
             "wrapper layer alone, set (\(kind)): @PersistentDefault − store.set (both bounded)",
             "set/\(kind)/property-wrapper", "set/\(kind)/store-bounded")
+        ratio(
+            "set of a tracked key (\(kind)): @PersistentDefault after a read / store.set (both bounded)",
+            target: "-", p50("set/\(kind)/property-wrapper-read"), p50("set/\(kind)/store-bounded"),
+            describe: "(p50)", met: nil)
     }
     overhead(
         "wrapper overhead, set (int): store.set sync − raw LMDB durable commit (fsync noise dominates)",

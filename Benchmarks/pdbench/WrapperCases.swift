@@ -2,11 +2,15 @@ import Foundation
 import PersistentDefaults
 
 /// `get|set/<int|struct>/property-wrapper`: the `@PersistentDefault` wrapper, per operation.
+/// `set/<int|struct>/property-wrapper-read`: the same set after the wrapper was read once, which
+/// starts the key's Observation tracking (a store observer of the key), as in an app whose views
+/// read the setting.
 let wrapperCases: [BenchmarkCase] = makeWrapperCases(Int.self) + makeWrapperCases(WindowFrame.self)
 
 private func makeWrapperCases<V: BenchmarkValue>(_: V.Type) -> [BenchmarkCase] {
     let get = "get/\(V.label)/property-wrapper"
     let set = "set/\(V.label)/property-wrapper"
+    let setAfterRead = "set/\(V.label)/property-wrapper-read"
     return [
         BenchmarkCase(name: get) { context in
             try context.withTemporaryDirectory("wrapper-get") { path in
@@ -28,6 +32,17 @@ private func makeWrapperCases<V: BenchmarkValue>(_: V.Type) -> [BenchmarkCase] {
                 let wrapper = PersistentDefault(PersistentDefaults.Key<V>("key", default: V.sample(-1)), in: store)
                 let samples = measure(.medium(quick: context.quick)) { index in wrapper.wrappedValue = V.sample(index) }
                 return [Measurement(set, samples: samples, note: "bounded durability: compare with store-bounded")]
+            }
+        },
+        BenchmarkCase(name: setAfterRead) { context in
+            try context.withTemporaryDirectory("wrapper-set-read") { path in
+                var options = PersistentDefaults.Options()
+                options.durability = .bounded(interval: .seconds(1))
+                let store = try PersistentDefaults(path: path, options: options)
+                let wrapper = PersistentDefault(PersistentDefaults.Key<V>("key", default: V.sample(-1)), in: store)
+                blackHole(wrapper.wrappedValue.checksum)  // Starts the key's tracking.
+                let samples = measure(.medium(quick: context.quick)) { index in wrapper.wrappedValue = V.sample(index) }
+                return [Measurement(setAfterRead, samples: samples, note: "bounded; the key is tracked")]
             }
         },
     ]

@@ -155,6 +155,21 @@ extension PersistentDefaults {
 }
 
 extension StoreCore {
+    /// Registers a key observer that is only told that the key changed, after each commit that
+    /// changed it: no value is decoded, since nobody reads one (the property wrappers'
+    /// Observation tracking; the tracked reader reads the value again when it needs it).
+    func observeChanges<Value>(
+        of key: PersistentDefaults.Key<Value>, _ changed: @escaping @Sendable () -> Void
+    ) -> ObservationToken {
+        do {
+            try key.validate()
+        } catch {
+            reporter.report(error)
+            return ObservationToken {}
+        }
+        return observers.addKeyObserver(name: key.nameBytes, core: self, handler: { _, _, _ in changed() })
+    }
+
     /// Registers a key observer that gets decoded changes; see `PersistentDefaults.observe`.
     func observe<Value>(
         _ key: PersistentDefaults.Key<Value>, registered: ((Value) -> Void)?,

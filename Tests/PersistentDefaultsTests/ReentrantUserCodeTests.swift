@@ -1,4 +1,5 @@
 import Foundation
+import Observation
 import PDTestSupport
 import PersistentDefaults
 import Testing
@@ -169,6 +170,31 @@ private struct HookedRaw: RawRepresentable, Codable, Equatable, Sendable {
                     done.wait()
                 })
             #expect(first.withLock { $0 } == 100)
+        }
+    }
+
+    /// A property wrapper's Observation tracking is told that its key changed and decodes
+    /// nothing (it used to decode the old and the new value of every commit for nobody).
+    @Test func aTrackedKeysCommitsDecodeNothingForTheTracking() throws {
+        try withTemporaryStore { store, _, _ throws in
+            let key = PersistentDefaults.Key<HookedCodable>("tracked", default: HookedCodable(number: 0))
+            let wrapper = PersistentDefault(key, in: store)
+            let decodes = Guarded(0)
+            decodingHook.withLock { $0 = { decodes.withLock { $0 += 1 } } }
+            defer { decodingHook.withLock { $0 = nil } }
+            try store.set(HookedCodable(number: 1), for: key)
+            let changed = DispatchSemaphore(value: 0)
+            withObservationTracking {
+                _ = wrapper.wrappedValue
+            } onChange: {
+                changed.signal()
+            }
+            let before = decodes.withLock { $0 }
+            try store.set(HookedCodable(number: 2), for: key)
+            #expect(changed.wait(timeout: .now() + 20) == .success)
+            // The set's own equality check decodes the stored value once; the tracking adds none.
+            #expect(decodes.withLock { $0 } - before == 1)
+            #expect(wrapper.wrappedValue.number == 2)
         }
     }
 

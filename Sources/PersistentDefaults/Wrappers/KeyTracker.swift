@@ -69,7 +69,7 @@ extension StoreCore {
             // The core comes from the reading wrapper, not from this call: the handle that asked
             // first may be gone by the first read; the core owns the tracker and its token.
             let tracker = KeyTracker { core, subject in
-                core.observe(key, registered: nil, deliver: { _ in subject.changed() })
+                core.observeChanges(of: key) { subject.changed() }
             }
             trackers[key.nameBytes] = tracker
             return tracker
