@@ -25,25 +25,30 @@ private func makeWrapperCases<V: BenchmarkValue>(_: V.Type) -> [BenchmarkCase] {
             }
         },
         BenchmarkCase(name: set) { context in
-            try context.withTemporaryDirectory("wrapper-set") { path in
-                var options = PersistentDefaults.Options()
-                options.durability = .bounded(interval: .seconds(1))
-                let store = try PersistentDefaults(path: path, options: options)
-                let wrapper = PersistentDefault(PersistentDefaults.Key<V>("key", default: V.sample(-1)), in: store)
-                let samples = measure(.medium(quick: context.quick)) { index in wrapper.wrappedValue = V.sample(index) }
-                return [Measurement(set, samples: samples, note: "bounded durability: compare with store-bounded")]
-            }
+            [
+                try wrapperSet(
+                    V.self, name: set, readFirst: false, note: "bounded durability: compare with store-bounded", context
+                )
+            ]
         },
         BenchmarkCase(name: setAfterRead) { context in
-            try context.withTemporaryDirectory("wrapper-set-read") { path in
-                var options = PersistentDefaults.Options()
-                options.durability = .bounded(interval: .seconds(1))
-                let store = try PersistentDefaults(path: path, options: options)
-                let wrapper = PersistentDefault(PersistentDefaults.Key<V>("key", default: V.sample(-1)), in: store)
-                blackHole(wrapper.wrappedValue.checksum)  // Starts the key's tracking.
-                let samples = measure(.medium(quick: context.quick)) { index in wrapper.wrappedValue = V.sample(index) }
-                return [Measurement(setAfterRead, samples: samples, note: "bounded; the key is tracked")]
-            }
+            [try wrapperSet(V.self, name: setAfterRead, readFirst: true, note: "bounded; the key is tracked", context)]
         },
     ]
+}
+
+/// Sets through a `@PersistentDefault` of a `.bounded` store; with `readFirst`, the property is
+/// read once before, which starts the key's Observation tracking.
+private func wrapperSet<V: BenchmarkValue>(
+    _: V.Type, name: String, readFirst: Bool, note: String, _ context: RunContext
+) throws -> Measurement {
+    try context.withTemporaryDirectory("wrapper-set") { path in
+        var options = PersistentDefaults.Options()
+        options.durability = .bounded(interval: .seconds(1))
+        let store = try PersistentDefaults(path: path, options: options)
+        let wrapper = PersistentDefault(PersistentDefaults.Key<V>("key", default: V.sample(-1)), in: store)
+        if readFirst { blackHole(wrapper.wrappedValue.checksum) }
+        let samples = measure(.medium(quick: context.quick)) { index in wrapper.wrappedValue = V.sample(index) }
+        return Measurement(name, samples: samples, note: note)
+    }
 }
