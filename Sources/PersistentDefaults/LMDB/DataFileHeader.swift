@@ -26,20 +26,36 @@ enum DataFileHeader {
     /// Throws ``PersistentDefaultsError/notAStore(path:reason:)`` when the data file at `path`
     /// (of `size` bytes) is not a complete LMDB file.
     static func check(_ path: String, size: Int, store: String) throws(PersistentDefaultsError) {
+        let (header, fileSize) = try read(path, count: min(size, 2 << 16), size: size)
+        if let problem = problem(header: header, fileSize: fileSize) {
+            throw .notAStore(path: store, reason: problem)
+        }
+    }
+
+    /// The first `count` bytes of the file at `path` (fewer when it is shorter) and its size:
+    /// `size`, or larger when the file grew since the caller's stat (another process may have
+    /// committed, and LMDB writes a commit's pages before the meta page that names them).
+    private static func read(_ path: String, count: Int, size: Int) throws(PersistentDefaultsError) -> (
+        [UInt8], Int
+    ) {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else { throw .fileSystem(path: path, errno: errno, operation: "open") }
         defer { close(descriptor) }
-        let count = min(size, 2 << 16)
         var bytes = [UInt8](repeating: 0, count: count)
         let read = bytes.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, count, 0) }
         guard read >= 0 else { throw .fileSystem(path: path, errno: errno, operation: "read") }
-        // The size is taken again after the read: another process may have committed since the
-        // caller's stat, and LMDB writes a commit's pages before the meta page that names them.
         var current = stat()
         let fileSize = fstat(descriptor, &current) == 0 ? max(size, Int(current.st_size)) : size
-        if let problem = problem(header: Array(bytes.prefix(read)), fileSize: fileSize) {
-            throw .notAStore(path: store, reason: problem)
-        }
+        return (Array(bytes.prefix(read)), fileSize)
+    }
+
+    /// The integer at `offset` of `header`, nil past its end. LMDB writes its meta page in the
+    /// machine's order: little-endian here.
+    private static func integer<T: FixedWidthInteger & UnsignedInteger>(
+        _: T.Type, at offset: Int, in header: [UInt8]
+    ) -> T? {
+        guard offset + MemoryLayout<T>.size <= header.count else { return nil }
+        return T(bigEndianBytes: header[offset..<offset + MemoryLayout<T>.size].reversed())
     }
 
     /// Whether the data file at `path` (of `size` bytes) is one that LMDB is creating right now,
@@ -49,26 +65,18 @@ enum DataFileHeader {
     /// another process can see either. Nothing was ever committed to such a file.
     static func isUnfinishedCreation(_ path: String, size: Int) -> Bool {
         guard size > 0 else { return true }
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else { return false }
-        defer { close(descriptor) }
-        var bytes = [UInt8](repeating: 0, count: metaLength)
-        let read = bytes.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, metaLength, 0) }
-        guard read == metaLength else { return false }
-        func integer<T: FixedWidthInteger & UnsignedInteger>(_: T.Type, at offset: Int) -> T {
-            T(bigEndianBytes: bytes[offset..<offset + MemoryLayout<T>.size].reversed())
-        }
-        return integer(UInt32.self, at: magicOffset) == magic && Int(integer(UInt32.self, at: pageSizeOffset)) == size
-            && integer(UInt64.self, at: transactionOffset) == 0 && integer(UInt64.self, at: lastPageOffset) == 1
+        guard let (header, _) = try? read(path, count: metaLength, size: size) else { return false }
+        return integer(UInt32.self, at: magicOffset, in: header) == magic
+            && integer(UInt32.self, at: pageSizeOffset, in: header).map(Int.init) == size
+            && integer(UInt64.self, at: transactionOffset, in: header) == 0
+            && integer(UInt64.self, at: lastPageOffset, in: header) == 1
     }
 
     /// What is wrong with a data file that starts with `header` and has `fileSize` bytes; nil
     /// when both meta pages are valid and the file holds every page the newest one names.
     static func problem(header: [UInt8], fileSize: Int) -> String? {
-        func integer<T: FixedWidthInteger & UnsignedInteger>(_: T.Type, at offset: Int) -> T? {
-            guard offset + MemoryLayout<T>.size <= header.count else { return nil }
-            // LMDB writes its meta page in the machine's order: little-endian here.
-            return T(bigEndianBytes: header[offset..<offset + MemoryLayout<T>.size].reversed())
+        func integer<T: FixedWidthInteger & UnsignedInteger>(_ type: T.Type, at offset: Int) -> T? {
+            Self.integer(type, at: offset, in: header)
         }
         guard header.count >= metaLength else { return "data.mdb is truncated (\(fileSize) bytes)" }
         guard integer(UInt32.self, at: magicOffset) == magic else { return "data.mdb is not an LMDB file" }
