@@ -161,13 +161,19 @@ extension StoreCore {
     func observeChanges<Value>(
         of key: PersistentDefaults.Key<Value>, _ changed: @escaping @Sendable () -> Void
     ) -> ObservationToken {
+        guard isObservable(key) else { return ObservationToken {} }
+        return observers.addKeyObserver(name: key.nameBytes, core: self, handler: { _, _, _ in changed() })
+    }
+
+    /// Whether `key`'s name can be observed; an invalid one is reported.
+    private func isObservable(_ key: PersistentDefaults.Keys) -> Bool {
         do {
             try key.validate()
+            return true
         } catch {
             reporter.report(error)
-            return ObservationToken {}
+            return false
         }
-        return observers.addKeyObserver(name: key.nameBytes, core: self, handler: { _, _, _ in changed() })
     }
 
     /// Registers a key observer that gets decoded changes; see `PersistentDefaults.observe`.
@@ -175,10 +181,7 @@ extension StoreCore {
         _ key: PersistentDefaults.Key<Value>, registered: ((Value) -> Void)?,
         deliver: @escaping @Sendable (KeyChange<Value>) -> Void
     ) -> ObservationToken {
-        do {
-            try key.validate()
-        } catch {
-            reporter.report(error)
+        guard isObservable(key) else {
             registered?(key.defaultValue)
             return ObservationToken {}
         }

@@ -12,15 +12,17 @@ func installAssertionGuard(_ env: EnvironmentHandle) throws(PersistentDefaultsEr
 }
 
 /// `mdb_cursor_get`, returning ``LMDBResultCode/assertionFailed`` where LMDB would have aborted
-/// the process; ``lastAssertion`` then has LMDB's message.
+/// the process (and ``LMDBResultCode/faulted`` where it faulted, after
+/// `guardReadsAgainstDamagedPages()`); ``lastAssertion`` then says which.
 func guardedCursorGet(
     _ cursor: OpaquePointer, _ key: inout MDB_val, _ data: inout MDB_val, _ operation: MDB_cursor_op
 ) -> Int32 {
     pd_mdb_cursor_get_guarded(cursor, &key, &data, operation)
 }
 
-/// LMDB's message for the last ``LMDBResultCode/assertionFailed`` a guarded call on this thread
-/// returned, such as `mdb.c:5921: Assertion 'IS_LEAF(mp)' failed in mdb_cursor_next()`.
+/// What stopped the last guarded call on this thread that returned ``LMDBResultCode/assertionFailed``
+/// or ``LMDBResultCode/faulted``, such as `mdb.c:5921: Assertion 'IS_LEAF(mp)' failed in
+/// mdb_cursor_next()` or `SIGBUS reading the map`.
 var lastAssertion: String { String(cString: pd_mdb_last_assertion()) }
 
 /// Throws for a cursor step's code, with what stopped LMDB when a guard did.
