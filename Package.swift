@@ -58,7 +58,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "pdbench",
-            dependencies: ["PersistentDefaults", "PDTestSupport", "CLMDB", "CSQLite"],
+            dependencies: ["PersistentDefaults", "PDTestSupport", "CLMDB", "CPlatform", "CSQLite"],
             path: "Benchmarks/pdbench"
         ),
         .testTarget(

@@ -7,7 +7,9 @@ enum Command: Equatable {
     /// Internal: the child of `observers/delay-cross-process`.
     case stampChild(path: String, count: Int)
     /// Internal: the observing child of the `observers/…-process…` cases.
-    case observeChild(path: String, key: String, seconds: Int)
+    case observeChild(path: String, key: String)
+    /// Internal: the floor child of `observers/idle-cpu-wake-floor`.
+    case wakeFloorChild
 }
 
 /// Options of a benchmark run.
@@ -44,9 +46,10 @@ func parseArguments(_ arguments: [String]) -> Result<Command, ArgumentError> {
     if arguments.count == 3, arguments[0] == childStampFlag, let count = Int(arguments[2]) {
         return .success(.stampChild(path: arguments[1], count: count))
     }
-    if arguments.count == 4, arguments[0] == childObserveFlag, let seconds = Int(arguments[3]) {
-        return .success(.observeChild(path: arguments[1], key: arguments[2], seconds: seconds))
+    if arguments.count == 3, arguments[0] == childObserveFlag {
+        return .success(.observeChild(path: arguments[1], key: arguments[2]))
     }
+    if arguments == [childWakeFloorFlag] { return .success(.wakeFloorChild) }
     var options = RunOptions()
     var remaining = arguments[...]
     while let argument = remaining.popFirst() {

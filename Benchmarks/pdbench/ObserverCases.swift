@@ -1,3 +1,4 @@
+import CPlatform
 import Foundation
 import PDTestSupport
 import PersistentDefaults
@@ -26,15 +27,13 @@ let observerCases: [BenchmarkCase] = [
     BenchmarkCase(name: "observers/100-idle-processes") {
         [try setWhileOtherProcessesObserve(100, key: "other", name: "observers/100-idle-processes", $0)]
     },
-    BenchmarkCase(name: "observers/idle-cpu-cross-process") { [try idleCPU($0)] },
-    BenchmarkCase(name: "observers/idle-cpu-wake-floor") { [wakeFloor($0)] },
+    BenchmarkCase(name: "observers/idle-cpu-cross-process") { try idleCPU($0) },
 ]
 
-/// A child `pdbench` that observes `key` of the store at `path` and prints "ready"; with
-/// `seconds` > 0 it then idles that long and prints "cpu PERCENT", else it waits for its
-/// standard input to close (`closeInput()`).
-private func observingChild(path: String, key: String, seconds: Int) throws -> ChildProcess {
-    try ChildProcess(Products.currentExecutable, [childObserveFlag, path, key, String(seconds)], input: .open)
+/// A child `pdbench` that observes `key` of the store at `path`, prints "ready" and waits for
+/// its standard input to close (`closeInput()`).
+private func observingChild(path: String, key: String) throws -> ChildProcess {
+    try ChildProcess(Products.currentExecutable, [childObserveFlag, path, key], input: .open)
 }
 
 /// A bounded `set` of "key" while `count` other processes observe `key` and sleep on the
@@ -46,7 +45,7 @@ private func setWhileOtherProcessesObserve(
         var options = PersistentDefaults.Options()
         options.durability = .bounded(interval: .seconds(1))
         let store = try PersistentDefaults(path: path, options: options)
-        let children = try (0..<count).map { _ in try observingChild(path: path, key: key, seconds: 0) }
+        let children = try (0..<count).map { _ in try observingChild(path: path, key: key) }
         defer {
             for child in children {
                 child.closeInput()
@@ -63,43 +62,72 @@ private func setWhileOtherProcessesObserve(
     }
 }
 
-/// The CPU time an observing process uses while nothing is written, as a share of one core.
-private func idleCPU(_ context: RunContext) throws -> Measurement {
+/// The CPU time an observing process uses while nothing is written, as a share of one core, and
+/// beside it, in the same window, that of its floor: a process of the same program whose only
+/// thread wakes once a second (the fallback check's interval) and does nothing else. Both are
+/// measured from outside (`/proc/PID/task/*/schedstat`), so the measurement costs neither process
+/// anything; on this virtual machine a timed wake-up alone costs 0.08–0.5 ms of run time,
+/// depending on what else wakes at that moment.
+private func idleCPU(_ context: RunContext) throws -> [Measurement] {
     try context.withTemporaryDirectory("observers-idle") { path in
         _ = try PersistentDefaults(path: path)
         let seconds = context.quick ? 2 : 10
-        let child = try observingChild(path: path, key: "key", seconds: seconds)
-        defer { _ = child.waitForExit() }
-        guard let line = child.line(startingWith: "cpu "), let percent = Double(line.dropFirst(4)) else {
-            throw BenchmarkError.setup("the idle child failed")
+        let observer = try observingChild(path: path, key: "key")
+        let floor = try ChildProcess(Products.currentExecutable, [childWakeFloorFlag], input: .open)
+        defer {
+            for child in [observer, floor] {
+                child.closeInput()
+                _ = child.waitForExit()
+            }
         }
-        return Measurement(
-            "observers/idle-cpu-cross-process", value: percent, unit: "%",
-            note: "CPU (scheduler run time) of a process observing one key for \(seconds) s with no writes,"
-                + " after 1 s of warm-up")
+        guard observer.line(startingWith: "ready") != nil, floor.line(startingWith: "ready") != nil else {
+            throw BenchmarkError.setup("an idle child failed")
+        }
+        // The first second holds the one-time cost of starting (the watcher thread's start and
+        // first check, lazy binding): the figures are the steady idle cost.
+        // Measuring idle cost: waiting out the intervals is the point, not synchronisation.
+        Thread.sleep(forTimeInterval: 1)
+        let processes = [observer, floor].map { $0.process.processIdentifier }
+        let before = processes.map { cpuSeconds(ofProcess: $0) }
+        Thread.sleep(forTimeInterval: Double(seconds))
+        let after = processes.map { cpuSeconds(ofProcess: $0) }
+        let percents = try zip(before, after).map { before, after in
+            guard let before, let after else { throw BenchmarkError.setup("cannot read an idle child's run time") }
+            return (after - before) / Double(seconds) * 100
+        }
+        return [
+            Measurement(
+                "observers/idle-cpu-cross-process", value: percents[0], unit: "%",
+                note: "CPU (scheduler run time, read from outside) of a process observing one key for \(seconds) s"
+                    + " with no writes, after 1 s of warm-up"),
+            Measurement(
+                "observers/idle-cpu-wake-floor", value: percents[1], unit: "%",
+                note: "the same, in the same window, for a process whose one thread only wakes once a second:"
+                    + " the floor of an idle observer"),
+        ]
     }
 }
 
-/// The floor of `observers/idle-cpu-cross-process`: the CPU a thread uses that does nothing but
-/// wake once a second (the fallback check's interval), as a share of one core. On a virtual
-/// machine a timed wake-up alone can cost hundreds of microseconds of run time.
-private func wakeFloor(_ context: RunContext) -> Measurement {
-    let seconds = context.quick ? 2 : 10
-    let result = Guarded(0.0)
-    let done = DispatchSemaphore(value: 0)
+/// The hidden argument that makes `pdbench` a process that only wakes once a second (the floor
+/// of `observers/idle-cpu-cross-process`).
+let childWakeFloorFlag = "--child-wake-floor"
+
+/// The child of `observers/idle-cpu-wake-floor`: a thread that waits on a futex with the
+/// fallback check's timeout (1 s) forever, as an idle observer's watcher does, with no check in
+/// between; prints "ready" and returns when the parent closes standard input.
+func runWakeFloorChild() -> Int32 {
+    let interval = PersistentDefaults.Options().fallbackCheckInterval.components
+    let nanoseconds = interval.seconds * 1_000_000_000 + interval.attoseconds / 1_000_000_000
+    // The word never moves: every wait ends by its timeout. The thread dies with the process.
     let thread = Thread {
-        let before = threadCPUSeconds()
-        // Measuring the cost of timed wake-ups: sleeping is the point, not synchronisation.
-        for _ in 0..<seconds { Thread.sleep(forTimeInterval: 1) }
-        let used = threadCPUSeconds() - before
-        result.withLock { $0 = used / Double(seconds) * 100 }
-        done.signal()
+        var word: UInt32 = 0
+        while true { _ = pd_futex_wait(&word, 0, nanoseconds) }
     }
     thread.start()
-    done.wait()
-    return Measurement(
-        "observers/idle-cpu-wake-floor", value: result.withLock { $0 }, unit: "%",
-        note: "CPU of a thread that only wakes once a second for \(seconds) s: the floor of an idle observer")
+    print("ready")
+    fflush(nil)
+    _ = FileHandle.standardInput.readDataToEndOfFile()
+    return 0
 }
 
 /// The hidden argument that makes `pdbench` observe a key (the child of the cases above).
@@ -107,25 +135,14 @@ let childObserveFlag = "--child-observe"
 
 /// The child of `observers/other-process-observes-key`, `observers/100-idle-processes` and
 /// `observers/idle-cpu-cross-process`.
-func runObserveChild(path: String, key: String, seconds: Int) -> Int32 {
+func runObserveChild(path: String, key: String) -> Int32 {
     var options = PersistentDefaults.Options()
     options.durability = .bounded(interval: .seconds(1))
     guard let store = try? PersistentDefaults(path: path, options: options) else { return 1 }
     let token = store.observe(PersistentDefaults.Key<Int>(key, default: 0)) { _ in }
     print("ready")
     fflush(nil)
-    if seconds > 0 {
-        // The first second holds the one-time cost of starting to observe (the watcher
-        // thread's start and first check, lazy binding): the figure is the steady idle cost.
-        // Measuring idle cost: waiting out the intervals is the point, not synchronisation.
-        Thread.sleep(forTimeInterval: 1)
-        let before = cpuSeconds()
-        Thread.sleep(forTimeInterval: Double(seconds))
-        print("cpu \((cpuSeconds() - before) / Double(seconds) * 100)")
-        fflush(nil)
-    } else {
-        _ = FileHandle.standardInput.readDataToEndOfFile()  // Until the parent closes the pipe.
-    }
+    _ = FileHandle.standardInput.readDataToEndOfFile()  // Until the parent closes the pipe.
     token.cancel()
     return 0
 }

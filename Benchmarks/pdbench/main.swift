@@ -59,8 +59,10 @@ case .success(.userDefaultsOpenChild(let suite)):
     exit(runUserDefaultsOpenChild(suite: suite))
 case .success(.stampChild(let path, let count)):
     exit(runStampChild(path: path, count: count))
-case .success(.observeChild(let path, let key, let seconds)):
-    exit(runObserveChild(path: path, key: key, seconds: seconds))
+case .success(.observeChild(let path, let key)):
+    exit(runObserveChild(path: path, key: key))
+case .success(.wakeFloorChild):
+    exit(runWakeFloorChild())
 case .success(.run(let options)):
     exitCode = runBenchmarks(options)
 case .failure(let error):

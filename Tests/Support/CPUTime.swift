@@ -12,20 +12,21 @@ public func cpuSeconds() -> Double {
     return seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
-/// CPU time of the calling thread, in seconds (`/proc/thread-self/schedstat`); the process's
-/// (`cpuSeconds()`) where that file does not exist.
-public func threadCPUSeconds() -> Double {
-    schedstatNanoseconds("/proc/thread-self/schedstat").map { Double($0) / 1e9 } ?? cpuSeconds()
+/// CPU time of another process, in seconds: the scheduler's run time of every thread it has
+/// (`/proc/PID/task/*/schedstat`); nil when those files cannot be read (not Linux, or the process
+/// ended). Read from outside, the measurement costs the measured process nothing.
+public func cpuSeconds(ofProcess processID: Int32) -> Double? {
+    scheduledNanoseconds(process: "/proc/\(processID)").map { Double($0) / 1e9 }
 }
 
 /// The sum of every thread's time on a processor (ns); nil when the files cannot be read.
-private func scheduledNanoseconds() -> UInt64? {
+private func scheduledNanoseconds(process directory: String = "/proc/self") -> UInt64? {
     // The process's own file tells whether this kernel has them in the expected form.
-    guard schedstatNanoseconds("/proc/self/schedstat") != nil,
-        let threads = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task"), !threads.isEmpty
+    guard schedstatNanoseconds(directory + "/schedstat") != nil,
+        let threads = try? FileManager.default.contentsOfDirectory(atPath: directory + "/task"), !threads.isEmpty
     else { return nil }
     // A thread that ended since the listing has no file any more: its time is gone with it.
-    return threads.reduce(0) { $0 + (schedstatNanoseconds("/proc/self/task/\($1)/schedstat") ?? 0) }
+    return threads.reduce(0) { $0 + (schedstatNanoseconds(directory + "/task/\($1)/schedstat") ?? 0) }
 }
 
 /// The first field of a `schedstat` file: time spent on a processor, in nanoseconds.
