@@ -11,14 +11,18 @@
 /// through the non-throwing subscript that fails makes the whole transaction throw and write
 /// nothing.
 public final class WriteTransaction: StoreView {
-    private var firstError: (any Error)?
+    // `@exclusivity(unchecked)` on the per-key state: a transaction is used by one thread, inside
+    // the closure it was passed to, and no access to these properties calls out to user code
+    // while it lasts, so no two accesses overlap; the dynamic checks cost ~430 instructions per
+    // key of a transaction (callgrind).
+    @exclusivity(unchecked) private var firstError: (any Error)?
     /// Each key touched, in the order first touched: the name's UTF-8 bytes (a key name is its
     /// bytes: names that `String` equality calls equal, such as NFC and NFD forms, are different
     /// keys), the name, and the value's bytes before the transaction and now.
-    private var touched = TouchedKeys()
-    /// The index in `touched` of each name's bytes, kept once more than `linearSearchLimit` keys
-    /// are touched; a transaction of a few keys finds them by comparing bytes, without hashing.
-    private var touchedIndex: [NameBytes: Int] = [:]
+    @exclusivity(unchecked) private var touched = TouchedKeys()
+    /// The position in `touched` of each name, kept once more than `linearSearchLimit` keys are
+    /// touched; a transaction of a few keys finds them by comparing bytes, without hashing.
+    @exclusivity(unchecked) private var touchedIndex = NameIndex()
     /// Log a record even when no value changed: the transaction changed what the log must
     /// account for, such as key declarations in `meta`.
     var logsWithoutValueChanges = false
@@ -83,12 +87,59 @@ public final class WriteTransaction: StoreView {
 
     private static let linearSearchLimit = 8
 
-    /// A key name's bytes as a dictionary key, hashed as one buffer: `[UInt8]`'s own hashing
-    /// feeds the hasher byte by byte.
-    private struct NameBytes: Hashable {
-        let bytes: [UInt8]
+    /// The positions of touched names by a hash of their bytes: open addressing with linear
+    /// probing in a table at most half full. Each name is hashed once, with a few instructions a
+    /// byte; a `Dictionary` keyed by the bytes ran SipHash on every lookup and again on each of
+    /// its resizes (callgrind, a 1,000-key transaction: ~800 instructions a key, now ~100).
+    /// The hash starts from a random seed per process, so that names chosen to collide (an
+    /// imported file) cannot be prepared in advance.
+    private struct NameIndex {
+        /// Position + 1 per slot, 0 when empty; the count is a power of two.
+        private var slots: [Int32] = []
+        /// The hash of the name at each position.
+        private var hashes: [UInt64] = []
 
-        func hash(into hasher: inout Hasher) { bytes.withUnsafeBytes { hasher.combine(bytes: $0) } }
+        private static let seed = UInt64.random(in: 1...UInt64.max)
+
+        var isEmpty: Bool { hashes.isEmpty }
+
+        /// FNV-1a of the bytes from the process's seed, its high half folded into the low one.
+        static func hash(_ bytes: [UInt8]) -> UInt64 {
+            var hash = seed
+            for byte in bytes { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+            return hash ^ (hash >> 29)
+        }
+
+        /// The position of a name whose hash is `hash` and whose bytes `matches` accepts.
+        func position(hash: UInt64, where matches: (Int) -> Bool) -> Int? {
+            guard !slots.isEmpty else { return nil }
+            let mask = slots.count - 1
+            var slot = Int(truncatingIfNeeded: hash) & mask
+            while slots[slot] != 0 {
+                let position = Int(slots[slot]) - 1
+                if hashes[position] == hash, matches(position) { return position }
+                slot = (slot + 1) & mask
+            }
+            return nil
+        }
+
+        /// Adds the name at the next position (the count of names added so far).
+        mutating func append(hash: UInt64) {
+            hashes.append(hash)
+            if hashes.count * 2 > slots.count {
+                slots = Array(repeating: 0, count: max(64, slots.count * 2))
+                for position in hashes.indices { place(position) }
+            } else {
+                place(hashes.count - 1)
+            }
+        }
+
+        private mutating func place(_ position: Int) {
+            let mask = slots.count - 1
+            var slot = Int(truncatingIfNeeded: hashes[position]) & mask
+            while slots[slot] != 0 { slot = (slot + 1) & mask }
+            slots[slot] = Int32(truncatingIfNeeded: position + 1)
+        }
     }
 
     init(core: StoreCore, transaction: Transaction, cache: CommitCache? = nil) {
@@ -135,11 +186,7 @@ public final class WriteTransaction: StoreView {
         if key.shouldRemove?(value) == true || (key.removesNil && encoded == [StoredValue.Tag.null.rawValue]) {
             return try replace(key, with: nil, in: transaction)
         }
-        if let shouldOverwrite = key.shouldOverwrite, let old = try oldValue(of: key, in: transaction),
-            !shouldOverwrite(old, value)
-        {
-            return
-        }
+        if key.shouldOverwrite != nil, try !overwrites(key, with: value, in: transaction) { return }
         // Found once for both steps: a transaction of many keys hashes each name once.
         let position = key.isEqual == nil ? nil : try touchedPosition(of: key, in: transaction)
         try replace(
@@ -167,9 +214,7 @@ public final class WriteTransaction: StoreView {
             guard Self.mayEncodeEqualValuesDifferently(held) || Self.mayEncodeEqualValuesDifferently(encoded) else {
                 return false
             }
-            // Held bytes that no longer decode are replaced, not compared.
-            guard let heldValue = try? key.codec.decode(held) else { return false }
-            return isEqual(heldValue, value)
+            return Self.decodes(held, toEqualOf: value, with: key.codec, isEqual: isEqual)
         }
         let new = touched.new(at: position)
         if isEqualForm(new), let new { return new }
@@ -209,11 +254,30 @@ public final class WriteTransaction: StoreView {
         try replace(key, with: value.encodedValue, in: try live())
     }
 
-    /// The stored value of a key with a hook, decoded; nil when absent or undecodable.
-    private func oldValue<Value>(of key: PersistentDefaults.Key<Value>, in transaction: Transaction) throws -> Value? {
-        guard let bytes = try core.encodedValue(named: key.nameBytes, in: transaction) else { return nil }
-        // A stored value that no longer decodes is replaced, not compared.
-        return try? key.codec.decode(bytes)
+    /// Whether the key's `shouldOverwrite` hook lets `value` replace the stored value (always,
+    /// when nothing is stored or it does not decode: such a value is replaced, not compared).
+    /// Its own function: the `Value?` it works with costs a generic metadata lookup per call
+    /// (the library's generic code runs unspecialised), which the common path should not pay.
+    @inline(never)
+    private func overwrites<Value>(
+        _ key: PersistentDefaults.Key<Value>, with value: Value, in transaction: Transaction
+    ) throws -> Bool {
+        guard let shouldOverwrite = key.shouldOverwrite,
+            let bytes = try core.encodedValue(named: key.nameBytes, in: transaction),
+            let old = try? key.codec.decode(bytes)
+        else { return true }
+        return shouldOverwrite(old, value)
+    }
+
+    /// Whether `held` decodes to a value equal (`isEqual`) to `value`; false when it does not
+    /// decode (held bytes that no longer decode are replaced, not compared). Its own function
+    /// for the reason `overwrites` gives.
+    @inline(never)
+    private static func decodes<Value>(
+        _ held: [UInt8], toEqualOf value: Value, with codec: ValueCodec<Value>, isEqual: (Value, Value) -> Bool
+    ) -> Bool {
+        guard let heldValue = try? codec.decode(held) else { return false }
+        return isEqual(heldValue, value)
     }
 
     /// Whether an encoded value's tag is one whose equal values may have different bytes.
@@ -225,30 +289,25 @@ public final class WriteTransaction: StoreView {
     private func touchedPosition(of key: PersistentDefaults.Keys, in transaction: Transaction) throws -> Int {
         let nameBytes = key.nameBytes
         let next = touched.count
+        var hash: UInt64?
         if next <= Self.linearSearchLimit {
             if let position = touched.position(of: nameBytes) { return position }
         } else {
             if touchedIndex.isEmpty {
-                touchedIndex.reserveCapacity(4 * next)
-                for position in 0..<next { touchedIndex[NameBytes(bytes: touched.nameBytes(at: position))] = position }
+                for position in 0..<next { touchedIndex.append(hash: NameIndex.hash(touched.nameBytes(at: position))) }
             }
-            // One hash: the default is inserted when the name is new.
-            let position = Self.valueOrInsert(&touchedIndex[NameBytes(bytes: nameBytes), default: next])
-            if position != next { return position }
+            let nameHash = NameIndex.hash(nameBytes)
+            if let position = touchedIndex.position(hash: nameHash, where: { touched.nameBytes(at: $0) == nameBytes }) {
+                return position
+            }
+            hash = nameHash
         }
-        let current: [UInt8]?
-        do {
-            current = try core.encodedValue(named: nameBytes, in: transaction)
-        } catch {
-            if !touchedIndex.isEmpty { touchedIndex[NameBytes(bytes: nameBytes)] = nil }  // Not added after all.
-            throw error
-        }
+        // Read before adding: a failed read leaves `touched` and the index as they were.
+        let current = try core.encodedValue(named: nameBytes, in: transaction)
         touched.append(TouchedKey(nameBytes: nameBytes, name: key.name, old: current, new: current))
+        if let hash { touchedIndex.append(hash: hash) }
         return next
     }
-
-    @inline(__always)
-    private static func valueOrInsert(_ value: inout Int) -> Int { value }
 
     /// Writes `bytes` (nil removes) unless they equal what the transaction already holds; every
     /// write of a value goes through here, so the size limit is checked here.

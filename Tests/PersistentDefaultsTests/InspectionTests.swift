@@ -97,6 +97,23 @@ struct InspectionTests {
         #expect(try store.value(for: .launchCount) == 2)
     }
 
+    /// The fixed-width encodings at their edges: sign bit, all bits, a double's exponent bits and
+    /// a date's seconds since 2001, each the tag then the payload's 8 bytes in big-endian order.
+    @Test(arguments: [
+        (StoredValue.int(.min), [0x02, 0x80, 0, 0, 0, 0, 0, 0, 0] as [UInt8]),
+        (.int(-1), [0x02] + Array(repeating: 0xFF, count: 8)),
+        (.int(0), [0x02] + Array(repeating: 0, count: 8)),
+        (.uint(.max), [0x03] + Array(repeating: 0xFF, count: 8)),
+        (.uint(0x0102_0304_0506_0708), [0x03, 1, 2, 3, 4, 5, 6, 7, 8]),
+        (.double(1), [0x04, 0x3F, 0xF0, 0, 0, 0, 0, 0, 0]),
+        (.double(-.infinity), [0x04, 0xFF, 0xF0, 0, 0, 0, 0, 0, 0]),
+        (.date(Date(timeIntervalSinceReferenceDate: 0.5)), [0x0B, 0x3F, 0xE0, 0, 0, 0, 0, 0, 0]),
+    ])
+    func fixedWidthValuesEncodeAsTagAndBigEndianPayload(value: StoredValue, encoded: [UInt8]) throws {
+        #expect(value.encodedValue == encoded)
+        #expect(try StoredValue(encodedValue: encoded) == value)
+    }
+
     @Test func anEncodedValueIsTheTagThenTheBigEndianPayload() throws {
         let encoded: [UInt8] = [0x02, 0, 0, 0, 0, 0, 0, 0x01, 0x2C]
         #expect(StoredValue.int(300).encodedValue == encoded)

@@ -39,6 +39,32 @@ private struct Abort: Error {}
         }
     }
 
+    /// A transaction past the few keys found by comparing bytes keeps an index of names; it must
+    /// find a name written again through another key object, across every growth of the index.
+    @Test func aLargeTransactionFindsEachNameAgainThroughOtherKeyObjects() throws {
+        try withTemporaryStore { store, _, _ throws in
+            let count = 700
+            let keys = (0..<count).map { PersistentDefaults.Key<Int>("k\($0)", default: 0) }
+            let sameNames = (0..<count).map { PersistentDefaults.Key<Int>("k\($0)", default: 0) }
+            // Every tenth name holds 0 before the transaction (stored, not absent).
+            try store.write { tx in for index in stride(from: 0, to: count, by: 10) { tx[keys[index]] = 0 } }
+            try store.write { tx in
+                for (index, key) in keys.enumerated() { tx[key] = index }
+                // Every name again, through its twin: a read of the transaction's own write.
+                for (index, key) in sameNames.enumerated().reversed() { tx[key] += index }
+                // And back to the value before the transaction for every tenth name: no change.
+                for index in stride(from: 0, to: count, by: 10) { tx[sameNames[index]] = 0 }
+            }
+            for index in 0..<count {
+                #expect(store[keys[index]] == (index % 10 == 0 ? 0 : 2 * index))
+            }
+            let record = try #require(try store.commits(after: 1).first)
+            let expected = (0..<count).filter { $0 % 10 != 0 }.map { "k\($0)" }
+            #expect(record.changedKeys == expected)
+            #expect(Set(record.changedKeys).count == record.changedKeys.count)
+        }
+    }
+
     @Test func aThrowingWriteLeavesNothingBehind() throws {
         try withTemporaryStore { store, _, _ throws in
             store[.launchCount] = 1
