@@ -22,10 +22,11 @@ let observerCases: [BenchmarkCase] = [
     BenchmarkCase(name: "observers/delay-in-process") { [try delayInProcess($0)] },
     BenchmarkCase(name: "observers/delay-cross-process") { [try delayCrossProcess($0)] },
     BenchmarkCase(name: "observers/other-process-observes-key") {
-        [try setWhileOtherProcessesObserve(1, key: "key", name: "observers/other-process-observes-key", $0)]
+        try setWhileOtherProcessesObserve(
+            1, key: "key", name: "observers/other-process-observes-key", interleavedWith: "unobserved", $0)
     },
     BenchmarkCase(name: "observers/100-idle-processes") {
-        [try setWhileOtherProcessesObserve(100, key: "other", name: "observers/100-idle-processes", $0)]
+        try setWhileOtherProcessesObserve(100, key: "other", name: "observers/100-idle-processes", $0)
     },
     BenchmarkCase(name: "observers/idle-cpu-cross-process") { try idleCPU($0) },
 ]
@@ -37,10 +38,13 @@ private func observingChild(path: String, key: String) throws -> ChildProcess {
 }
 
 /// A bounded `set` of "key" while `count` other processes observe `key` and sleep on the
-/// store's wake-up channel.
+/// store's wake-up channel. With `baseline`, batches of sets of that key, which nobody observes
+/// (and whose wake-up bit differs from "key"'s), alternate with them sample by sample, measured
+/// as `<name>/unobserved`: the same store, process and moment, so the machine's drift over
+/// seconds (±20 % here) cancels out of the ratio.
 private func setWhileOtherProcessesObserve(
-    _ count: Int, key: String, name: String, _ context: RunContext
-) throws -> Measurement {
+    _ count: Int, key: String, name: String, interleavedWith baseline: String? = nil, _ context: RunContext
+) throws -> [Measurement] {
     try context.withTemporaryDirectory("observers-processes") { path in
         var options = PersistentDefaults.Options()
         options.durability = .bounded(interval: .seconds(1))
@@ -56,9 +60,19 @@ private func setWhileOtherProcessesObserve(
             throw BenchmarkError.setup("an observing child failed")
         }
         let written = PersistentDefaults.Key<Int>("key", default: -1)
-        let samples = try measure(.medium(quick: context.quick)) { index in try store.set(index, for: written) }
-        return Measurement(
-            name, samples: samples, note: "bounded durability; \(count) other process(es) observing \"\(key)\"")
+        let note = "bounded durability; \(count) other process(es) observing \"\(key)\""
+        guard let baseline else {
+            let samples = try measure(.medium(quick: context.quick)) { index in try store.set(index, for: written) }
+            return [Measurement(name, samples: samples, note: note)]
+        }
+        let unobserved = PersistentDefaults.Key<Int>(baseline, default: -1)
+        let samples = try measureInterleaved(
+            .medium(quick: context.quick), { index in try store.set(index, for: unobserved) },
+            { index in try store.set(index, for: written) })
+        return [
+            Measurement(name, samples: samples.second, note: note + "; alternating with sets of \"\(baseline)\""),
+            Measurement(name + "/unobserved", samples: samples.first, note: "the sets of \"\(baseline)\" alternated with them"),
+        ]
     }
 }
 

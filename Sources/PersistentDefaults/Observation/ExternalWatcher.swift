@@ -65,7 +65,14 @@ final class ExternalWatcher: @unchecked Sendable {
     }
 
     private func run() {
+        var commitsKeepComing = false
         while true {
+            if commitsKeepComing {
+                // Let the next commits gather, sleeping without announcing it: meanwhile the
+                // writers find no sleeper and make no FUTEX_WAKE.
+                var pause = timespec(tv_sec: 0, tv_nsec: Int(Self.gatherNanoseconds))
+                nanosleep(&pause, nil)
+            }
             // Read the word before checking: a commit after this read moves the word, so the
             // wait below returns at once and the next round sees the commit.
             let seen = channel.current()
@@ -73,9 +80,21 @@ final class ExternalWatcher: @unchecked Sendable {
             // A commit the meta page shows but a new snapshot does not see yet: look again soon.
             let timeout = check() ? fallbackNanoseconds : Self.retryNanoseconds
             if isStopping.load(ordering: .acquiring) { break }
+            let started = ContinuousClock.now
             channel.wait(from: seen, timeoutNanoseconds: timeout)
+            commitsKeepComing = ContinuousClock.now - started < Self.gather
         }
     }
+
+    /// While commits that concern this process arrive less than this apart, the watcher waits
+    /// this long between checks instead of sleeping on the channel after each one, and delivers
+    /// what gathered in one snapshot. Woken for every commit of a writer in a burst (one every
+    /// 6 µs), it used ~56 % of a core and slowed that writer by 1.27–1.33× (pdbench, the set of
+    /// an observed key alternated with that of an unobserved one); gathering brings that to
+    /// 1.00–1.02×. A commit after a quiet spell is still delivered at once (p50 ≈ 80 µs); in a
+    /// burst, delivery waits up to this much longer.
+    static let gather: Duration = .microseconds(100)
+    private static let gatherNanoseconds = gather.components.attoseconds / 1_000_000_000
 
     /// How soon to check again when the meta page is ahead of a new snapshot.
     static let retryNanoseconds: Int64 = 1_000_000
