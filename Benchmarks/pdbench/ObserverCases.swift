@@ -71,7 +71,8 @@ private func setWhileOtherProcessesObserve(
             { index in try store.set(index, for: written) })
         return [
             Measurement(name, samples: samples.second, note: note + "; alternating with sets of \"\(baseline)\""),
-            Measurement(name + "/unobserved", samples: samples.first, note: "the sets of \"\(baseline)\" alternated with them"),
+            Measurement(
+                name + "/unobserved", samples: samples.first, note: "the sets of \"\(baseline)\" alternated with them"),
         ]
     }
 }
