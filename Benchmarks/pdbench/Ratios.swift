@@ -115,6 +115,14 @@ func computeRatios(_ rows: [Measurement]) -> [Ratio] {
         p50("get/int/1000-keys-scattered/property-wrapper"), p50("get/int/1000-keys-scattered/store-subscript"),
         describe: "(p50)", met: { $0 <= 1.05 })
     ratio(
+        "the floor of that: store[key] + ObservationRegistrar.access / store[key]", target: "none",
+        p50("get/int/1000-keys-scattered/store-subscript-and-registrar-access"),
+        p50("get/int/1000-keys-scattered/store-subscript"), describe: "(p50)", met: nil)
+    ratio(
+        "@PersistentDefault get, 1,000 wrappers / (store[key] + ObservationRegistrar.access)", target: "none",
+        p50("get/int/1000-keys-scattered/property-wrapper"),
+        p50("get/int/1000-keys-scattered/store-subscript-and-registrar-access"), describe: "(p50)", met: nil)
+    ratio(
         "@PersistentDefault get, 1,000 wrappers / raw mdb_get", target: "none",
         p50("get/int/1000-keys-scattered/property-wrapper"), p50("get/int/1000-keys-scattered/raw-lmdb"),
         describe: "(p50)", met: nil)

@@ -1,5 +1,6 @@
 import CLMDB
 import Foundation
+import Observation
 import PersistentDefaults
 import Synchronization
 
@@ -20,6 +21,9 @@ let serviceReadCases: [BenchmarkCase] =
         BenchmarkCase(name: "get/int/1000-keys-scattered/raw-lmdb") { [try scatteredRaw($0)] },
         BenchmarkCase(name: "get/int/1000-keys-scattered/store-subscript") { [try scatteredStore($0)] },
         BenchmarkCase(name: "get/int/1000-keys-scattered/property-wrapper") { [try scatteredWrappers($0)] },
+        BenchmarkCase(name: "get/int/1000-keys-scattered/store-subscript-and-registrar-access") {
+            [try scatteredStoreAndAccess($0)]
+        },
     ]
     + [1, 2, 4].flatMap { threads in
         [
@@ -114,6 +118,36 @@ private func scatteredWrappers(_ context: RunContext) throws -> Measurement {
         return Measurement(
             "get/int/1000-keys-scattered/property-wrapper", samples: samples,
             note: "1,000 @PersistentDefault properties, one per key; compare with store-subscript")
+    }
+}
+
+/// An `Observable` object of one property, as a property wrapper that supports Observation
+/// tracking needs one per key: a read must tell its registrar (`access`), which checks whether
+/// the thread is inside `withObservationTracking`.
+private final class TrackedSubject: Observable, Sendable {
+    private let registrar = ObservationRegistrar()
+    var count: Int { 0 }
+    private static let path: KeyPath<TrackedSubject, Int> & Sendable = \.count
+
+    func access() { registrar.access(self, keyPath: Self.path) }
+}
+
+/// `store[key]` plus the Observation framework's part of a tracked read (`access` on a subject
+/// per key), in the wrappers' order: the floor of any `@PersistentDefault` that supports
+/// Observation, to set against `property-wrapper`.
+private func scatteredStoreAndAccess(_ context: RunContext) throws -> Measurement {
+    try context.withTemporaryDirectory("scattered-access") { path in
+        let (store, keys) = try makeStore(path)
+        let subjects = keys.map { _ in TrackedSubject() }
+        var sum = 0
+        let samples = measure(.fast(quick: context.quick)) { index in
+            subjects[index % keyCount].access()
+            sum &+= store[keys[index % keyCount]]
+        }
+        blackHole(sum)
+        return Measurement(
+            "get/int/1000-keys-scattered/store-subscript-and-registrar-access", samples: samples,
+            note: "store[key] and ObservationRegistrar.access on one of 1,000 Observable objects")
     }
 }
 
