@@ -27,6 +27,8 @@ private enum RetrySignal: Error {
     case mapResized
     /// `bytes`: what the failed transaction had put, read while it still held the writer lock.
     case mapFull(bytes: Int)
+    /// The map may not hold `bytes` more: grow it before the transaction begins.
+    case growFirst(bytes: Int)
 }
 
 /// How to open an environment.
@@ -316,12 +318,20 @@ final class Environment: @unchecked Sendable {
         if configuration.readOnly { throw PersistentDefaultsError.readOnly(path: configuration.path) }
         if gate.isWritingOnCurrentThread { throw PersistentDefaultsError.nestedWrite }
         var needed = sizeHint
+        // Growing takes the gate exclusively, which a thread already holding it cannot do.
+        let canGrow = !gate.isHeldByCurrentThread
         while true {
-            if !gate.isHeldByCurrentThread, needsGrowth(forWriting: needed) { try grow(toFit: needed) }
             do {
-                return try gate.withSharedWriting { try writeOnce(body) }
+                return try gate.withSharedWriting {
+                    // Checked under the same hold as the write: one shared section per write.
+                    try checkOpen()
+                    if canGrow, needsGrowth(forWriting: needed) { throw RetrySignal.growFirst(bytes: needed) }
+                    return try writeOnce(body)
+                }
             } catch RetrySignal.mapResized {
                 try adoptMapSize()
+            } catch RetrySignal.growFirst(let bytes) {
+                try grow(toFit: bytes)
             } catch RetrySignal.mapFull(let bytes) {
                 guard !gate.isHeldByCurrentThread else {
                     throw PersistentDefaultsError.lmdb(
@@ -413,8 +423,9 @@ final class Environment: @unchecked Sendable {
 
     // MARK: Map size
 
+    /// Call holding the gate.
     private func needsGrowth(forWriting bytes: Int) -> Bool {
-        let facts = info()
+        let facts = rawInfo()
         let used = (facts.lastPage + 1) * pageSize
         // Copy-on-write touches a branch path per change; twice the payload plus slack is a safe bound.
         return used + 2 * bytes + 64 * pageSize > facts.mapSize
