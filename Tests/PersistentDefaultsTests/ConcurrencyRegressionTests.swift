@@ -113,6 +113,49 @@ import Testing
         }
     }
 
+    /// A commit of keys nobody in this process observes is passed without a delivery (one lock
+    /// section). Under writers of observed and unobserved keys, with observers of both kinds
+    /// registered and cancelled meanwhile, no observer misses or repeats a change.
+    @Test func commitsPassedForNobodyHideNothingFromObserversRegisteredMeanwhile() async throws {
+        try await withTemporaryDirectoryAsync { path in
+            let store = try boundedStore(at: path)
+            let total = 1_000
+            let keys = (0..<4).map { PersistentDefaults.Key<Int>("contended-\($0)", default: 0) }
+            // Key 0 is observed from the start; keys 1–3 only by observers registered later.
+            let first = Events<KeyChange<Int>>()
+            var tokens = [store.observe(keys[0]) { first.append($0) }]
+            let finished = DispatchGroup()
+            for key in keys {
+                finished.enter()
+                Thread {
+                    for _ in 0..<total { try? store.write { $0[key] += 1 } }
+                    finished.leave()
+                }.start()
+            }
+            var chains: [(key: Int, events: Events<KeyChange<Int>>)] = []
+            for index in 0..<120 {
+                let key = index % keys.count
+                let events = Events<KeyChange<Int>>()
+                chains.append((key, events))
+                tokens.append(store.observe(keys[key]) { events.append($0) })
+                // Observers that come and go: the registry changes between passed commits.
+                store.observe(keys[(index + 1) % keys.count]) { _ in }.cancel()
+                await Task.yield()
+            }
+            #expect(finished.wait(timeout: .now() + 120) == .success)
+            #expect(first.wait(forCount: total, timeout: 10))
+            #expect(first.all.map(\.newValue) == Array(1...total))
+            for (key, events) in chains {
+                #expect(events.wait(forCount: total - (events.all.first?.oldValue ?? total), timeout: 10))
+                let changes = events.all
+                #expect(changes.last.map { $0.newValue == total } ?? true, "key \(key)")
+                #expect(changes.allSatisfy { $0.newValue == $0.oldValue + 1 }, "key \(key)")
+                #expect(zip(changes, changes.dropFirst()).allSatisfy { $0.newValue == $1.oldValue }, "key \(key)")
+            }
+            _ = tokens
+        }
+    }
+
     @Test func aFirstObserverRegisteredDuringACommitSeesIt() async throws {
         try await withTemporaryDirectoryAsync { path in
             let store = try boundedStore(at: path)

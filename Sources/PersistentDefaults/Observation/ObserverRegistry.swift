@@ -77,16 +77,22 @@ final class ObserverRegistry: Sendable {
         /// still observed in 64 steps, not in a walk over every observed name (which made
         /// cancelling one of 10,000 observers cost 229 µs).
         var keyBitCounts = [Int](repeating: 0, count: 64)
+        /// The wake-up bits of the observed key names: the bits whose count is not zero.
+        private(set) var keyBits: UInt64 = 0
+        /// How many observed key names have each name hash (`WakeChannel.nameHash`): tells a
+        /// commit of unobserved names from one that needs delivering without building the names.
+        private var keyNameHashes: [UInt64: Int] = [:]
         /// The wake-up bits of what is observed (see `WakeChannel`).
-        var wakeBits: UInt64 {
-            var bits = commitObservers.isEmpty && prefixes.isEmpty ? 0 : WakeChannel.everyCommit
-            for (index, count) in keyBitCounts.enumerated() where count > 0 { bits |= 1 << UInt64(index) }
-            return bits
-        }
+        var wakeBits: UInt64 { keyBits | (commitObservers.isEmpty && prefixes.isEmpty ? 0 : WakeChannel.everyCommit) }
 
-        /// Adds a key observer, counting the name's wake-up bit when the name is newly observed.
+        /// Adds a key observer, counting the name's wake-up bit and hash when the name is newly
+        /// observed.
         mutating func insert(_ observer: KeyObserver, id: UInt64, name: [UInt8], bit: UInt64) {
-            if keys[name] == nil { keyBitCounts[bit.trailingZeroBitCount] += 1 }
+            if keys[name] == nil {
+                keyBitCounts[bit.trailingZeroBitCount] += 1
+                keyBits |= bit
+                keyNameHashes[WakeChannel.nameHash(name), default: 0] += 1
+            }
             keys[name, default: [:]][id] = observer
         }
 
@@ -96,7 +102,28 @@ final class ObserverRegistry: Sendable {
             if keys[name]?.isEmpty == true {
                 keys[name] = nil
                 keyBitCounts[bit.trailingZeroBitCount] -= 1
+                if keyBitCounts[bit.trailingZeroBitCount] == 0 { keyBits &= ~bit }
+                let hash = WakeChannel.nameHash(name)
+                keyNameHashes[hash] = keyNameHashes[hash] == 1 ? nil : keyNameHashes[hash].map { $0 - 1 }
             }
+            return true
+        }
+
+        /// Passes the next record in place of delivering it, when that would change nothing but
+        /// the counters: no delivery is running or pending, nothing must be compared, no commit or
+        /// prefix observer exists, and no changed name's hash is an observed name's (a hash shared
+        /// by another name only means the full delivery runs). Returns whether it passed it.
+        mutating func passUnobserved(_ record: CommitRecord) -> Bool {
+            let sequence = record.sequence
+            guard !isDelivering, !needsComparing, delivered &+ 1 == sequence, target <= sequence,
+                commitObservers.isEmpty, prefixLengths.isEmpty
+            else { return false }
+            for change in record.changes {
+                let hash = WakeChannel.nameHash(change.key.utf8)
+                if keyBits & WakeChannel.bit(ofNameHash: hash) != 0, keyNameHashes[hash] != nil { return false }
+            }
+            (delivered, target) = (sequence, sequence)
+            dispatched = max(dispatched, sequence)
             return true
         }
     }
@@ -325,6 +352,10 @@ final class ObserverRegistry: Sendable {
     /// Delivers every record up to `sequence`, reading from the log what is not in hand; with
     /// `compare`, then compares the observed keys with the store.
     func deliver(upTo sequence: UInt64, compare: Bool = false, local: CommitRecord? = nil, core: StoreCore) {
+        // This process's commit of keys nobody here observes (the common case once any observer
+        // exists): one lock section, no lists built. Measured: a set in a store with one observer
+        // of another key cost 1.13–1.14× a set in a store with none, alternated in one run.
+        if !compare, let local, local.sequence == sequence, state.withLock({ $0.passUnobserved(local) }) { return }
         let starts = state.withLock { state in
             state.target = max(state.target, sequence)
             if compare { state.needsComparing = true }

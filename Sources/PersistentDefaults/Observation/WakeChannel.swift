@@ -77,11 +77,17 @@ final class WakeChannel: @unchecked Sendable {
     var hasAnnouncements: Bool { length >= Self.fileSize }
 
     /// The mask bit of a key name (its UTF-8 bytes).
-    static func bit(forKeyNamed name: some Sequence<UInt8>) -> UInt64 {
+    static func bit(forKeyNamed name: some Sequence<UInt8>) -> UInt64 { bit(ofNameHash: nameHash(name)) }
+
+    /// The 64-bit FNV-1a hash of a key name (its UTF-8 bytes), from which its mask bit is taken.
+    static func nameHash(_ name: some Sequence<UInt8>) -> UInt64 {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for byte in name { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
-        return 1 << (hash % 63)
+        return hash
     }
+
+    /// The mask bit of a name whose ``nameHash(_:)`` is `hash`.
+    static func bit(ofNameHash hash: UInt64) -> UInt64 { 1 << (hash % 63) }
 
     /// Opens the channel file of the store directory `directory` for reading and writing,
     /// creating it (mode 0600) when `create`; nil when it cannot be used — the store then works
