@@ -200,3 +200,30 @@ private func ownMask(_ path: String) -> UInt64 {
 private func fileSize(_ path: String) throws -> Int {
     try (FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? -1
 }
+
+/// The watcher of other processes' commits holds its store core strongly (a weak reference
+/// slowed every retain of the core); closing the store must still free it.
+@Suite struct WatcherLifetimeTests {
+    @Test func aStoreWhoseObserversStartedAWatcherIsFreedWhenItsLastHandleGoes() throws {
+        try withTemporaryDirectory { path throws in
+            weak var freed: StoreCore?
+            var tokens: [ObservationToken] = []
+            do {
+                let store = try PersistentDefaults(path: path)
+                tokens.append(store.observe(PersistentDefaults.Key<Int>("k", default: 0)) { _ in })
+                tokens.append(store.observe(prefix: "p.") { _ in })
+                store[PersistentDefaults.Key<Int>("k", default: 0)] = 1
+                freed = store.core
+                #expect(freed != nil)
+            }
+            // The watcher's thread lets go of the core when it ends, soon after the close.
+            let deadline = Date().addingTimeInterval(10)
+            while freed != nil, Date() < deadline { usleep(1_000) }
+            #expect(freed == nil, "the store core outlived its last handle")
+            // Tokens that outlive the store cancel without effect.
+            for token in tokens { token.cancel() }
+            let reopened = try PersistentDefaults(path: path)
+            #expect(reopened[PersistentDefaults.Key<Int>("k", default: 0)] == 1)
+        }
+    }
+}
