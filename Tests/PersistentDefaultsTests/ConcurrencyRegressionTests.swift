@@ -121,9 +121,13 @@ import Testing
             let store = try boundedStore(at: path)
             let total = 1_000
             let keys = (0..<4).map { PersistentDefaults.Key<Int>("contended-\($0)", default: 0) }
-            // Key 0 is observed from the start; keys 1–3 only by observers registered later.
+            // Key 0 is observed from the start, key 3 by a prefix observer too; keys 1–3 by key
+            // observers registered later, and prefixes nobody writes by prefix observers.
             let first = Events<KeyChange<Int>>()
-            var tokens = [store.observe(keys[0]) { first.append($0) }]
+            let prefixed = Events<CommitRecord>()
+            var tokens = [
+                store.observe(keys[0]) { first.append($0) }, store.observe(prefix: "contended-3") { prefixed.append($0) },
+            ]
             let finished = DispatchGroup()
             for key in keys {
                 finished.enter()
@@ -140,11 +144,15 @@ import Testing
                 tokens.append(store.observe(keys[key]) { events.append($0) })
                 // Observers that come and go: the registry changes between passed commits.
                 store.observe(keys[(index + 1) % keys.count]) { _ in }.cancel()
+                tokens.append(store.observe(prefix: "elsewhere.\(index).") { _ in Issue.record("nothing is there") })
                 await Task.yield()
             }
             #expect(finished.wait(timeout: .now() + 120) == .success)
             #expect(first.wait(forCount: total, timeout: 10))
             #expect(first.all.map(\.newValue) == Array(1...total))
+            #expect(prefixed.wait(forCount: total, timeout: 10))
+            #expect(prefixed.all.map(\.changedKeys) == Array(repeating: ["contended-3"], count: total))
+            #expect(try prefixed.all.map { try $0.changes[0].storedValue() } == (1...total).map { .int(Int64($0)) })
             for (key, events) in chains {
                 #expect(events.wait(forCount: total - (events.all.first?.oldValue ?? total), timeout: 10))
                 let changes = events.all

@@ -82,6 +82,29 @@ final class ObserverRegistry: Sendable {
         /// How many observed key names have each name hash (`WakeChannel.nameHash`): tells a
         /// commit of unobserved names from one that needs delivering without building the names.
         private var keyNameHashes: [UInt64: Int] = [:]
+        /// The same for the observed prefixes (hashed as names).
+        private var prefixHashes: [UInt64: Int] = [:]
+
+        /// Adds a prefix observer, counting the prefix's length and hash when it is newly observed.
+        mutating func insert(_ observer: CommitObserver, id: UInt64, prefix: [UInt8]) {
+            if prefixes[prefix] == nil {
+                prefixLengths[prefix.count, default: 0] += 1
+                prefixHashes[WakeChannel.nameHash(prefix), default: 0] += 1
+            }
+            prefixes[prefix, default: [:]][id] = observer
+        }
+
+        /// Removes a prefix observer; returns whether it was there.
+        mutating func removePrefixObserver(id: UInt64, prefix: [UInt8]) -> Bool {
+            guard prefixes[prefix]?.removeValue(forKey: id) != nil else { return false }
+            guard prefixes[prefix]?.isEmpty == true else { return true }
+            prefixes[prefix] = nil
+            prefixLengths[prefix.count, default: 1] -= 1
+            if prefixLengths[prefix.count] == 0 { prefixLengths[prefix.count] = nil }
+            let hash = WakeChannel.nameHash(prefix)
+            prefixHashes[hash] = prefixHashes[hash] == 1 ? nil : prefixHashes[hash].map { $0 - 1 }
+            return true
+        }
         /// The wake-up bits of what is observed (see `WakeChannel`).
         var wakeBits: UInt64 { keyBits | (commitObservers.isEmpty && prefixes.isEmpty ? 0 : WakeChannel.everyCommit) }
 
@@ -110,17 +133,22 @@ final class ObserverRegistry: Sendable {
         }
 
         /// Passes the next record in place of delivering it, when that would change nothing but
-        /// the counters: no delivery is running or pending, nothing must be compared, no commit or
-        /// prefix observer exists, and no changed name's hash is an observed name's (a hash shared
-        /// by another name only means the full delivery runs). Returns whether it passed it.
+        /// the counters: no delivery is running or pending, nothing must be compared, no commit
+        /// observer exists, and no changed name's hash is an observed name's, nor the hash of one
+        /// of its prefixes an observed prefix's (a hash shared by another name only means the
+        /// full delivery runs). Returns whether it passed it.
         mutating func passUnobserved(_ record: CommitRecord) -> Bool {
             let sequence = record.sequence
             guard !isDelivering, !needsComparing, delivered &+ 1 == sequence, target <= sequence,
-                commitObservers.isEmpty, prefixLengths.isEmpty
+                commitObservers.isEmpty
             else { return false }
             for change in record.changes {
-                let hash = WakeChannel.nameHash(change.key.utf8)
+                let name = change.key.utf8
+                let hash = WakeChannel.nameHash(name)
                 if keyBits & WakeChannel.bit(ofNameHash: hash) != 0, keyNameHashes[hash] != nil { return false }
+                for length in prefixLengths.keys where length <= name.count {
+                    if prefixHashes[WakeChannel.nameHash(name.prefix(length))] != nil { return false }
+                }
             }
             (delivered, target) = (sequence, sequence)
             dispatched = max(dispatched, sequence)
@@ -187,20 +215,13 @@ final class ObserverRegistry: Sendable {
     ) -> ObservationToken {
         let activity = Activity()
         let id = register(core: core, readingKey: nil, wakingOn: WakeChannel.everyCommit) { state, id, start in
-            if state.prefixes[prefix] == nil { state.prefixLengths[prefix.count, default: 0] += 1 }
-            state.prefixes[prefix, default: [:]][id] = CommitObserver(
-                position: start?.sequence ?? state.dispatched, activity: activity, handler: handler)
+            state.insert(
+                CommitObserver(position: start?.sequence ?? state.dispatched, activity: activity, handler: handler),
+                id: id, prefix: prefix)
         }
         return ObservationToken { [weak self] in
             activity.isActive.store(false, ordering: .releasing)
-            self?.remove { state in
-                guard state.prefixes[prefix]?.removeValue(forKey: id) != nil else { return false }
-                guard state.prefixes[prefix]?.isEmpty == true else { return true }
-                state.prefixes[prefix] = nil
-                state.prefixLengths[prefix.count, default: 1] -= 1
-                if state.prefixLengths[prefix.count] == 0 { state.prefixLengths[prefix.count] = nil }
-                return true
-            }
+            self?.remove { $0.removePrefixObserver(id: id, prefix: prefix) }
         }
     }
 
