@@ -21,10 +21,11 @@ let observerCases: [BenchmarkCase] = [
     BenchmarkCase(name: "observers/delay-cross-process") { [try delayCrossProcess($0)] },
     BenchmarkCase(name: "observers/other-process-observes-key") {
         try setWhileOtherProcessesObserve(
-            1, key: "key", name: "observers/other-process-observes-key", interleavedWith: "unobserved", $0)
+            1, key: "key", name: "observers/other-process-observes-key", baseline: .unobservedKey("unobserved"), $0)
     },
     BenchmarkCase(name: "observers/100-idle-processes") {
-        try setWhileOtherProcessesObserve(100, key: "other", name: "observers/100-idle-processes", $0)
+        try setWhileOtherProcessesObserve(
+            100, key: "other", name: "observers/100-idle-processes", baseline: .storeWithoutObservers, $0)
     },
     BenchmarkCase(name: "observers/idle-cpu-cross-process") { try idleCPU($0) },
 ]
@@ -35,43 +36,56 @@ private func observingChild(path: String, key: String) throws -> ChildProcess {
     try ChildProcess(Products.currentExecutable, [childObserveFlag, path, key], input: .open)
 }
 
+/// What the sets of `setWhileOtherProcessesObserve` alternate with, sample by sample, so that the
+/// machine's drift over seconds (±20–30 % here) cancels out of the ratio.
+private enum ObservedBaseline {
+    /// Sets of this key in the same store, which nobody observes (its wake-up bit must differ
+    /// from the observed key's), measured as `<name>/unobserved`.
+    case unobservedKey(String)
+    /// Sets of "key" in a second store that no process observes, as `<name>/no-observers`.
+    case storeWithoutObservers
+}
+
 /// A bounded `set` of "key" while `count` other processes observe `key` and sleep on the
-/// store's wake-up channel. With `baseline`, batches of sets of that key, which nobody observes
-/// (and whose wake-up bit differs from "key"'s), alternate with them sample by sample, measured
-/// as `<name>/unobserved`: the same store, process and moment, so the machine's drift over
-/// seconds (±20 % here) cancels out of the ratio.
+/// store's wake-up channel, alternated with `baseline`.
 private func setWhileOtherProcessesObserve(
-    _ count: Int, key: String, name: String, interleavedWith baseline: String? = nil, _ context: RunContext
+    _ count: Int, key: String, name: String, baseline: ObservedBaseline, _ context: RunContext
 ) throws -> [Measurement] {
     try context.withTemporaryDirectory("observers-processes") { path in
-        var options = PersistentDefaults.Options()
-        options.durability = .bounded(interval: .seconds(1))
-        let store = try PersistentDefaults(path: path, options: options)
-        let children = try (0..<count).map { _ in try observingChild(path: path, key: key) }
-        defer {
-            for child in children {
-                child.closeInput()
-                _ = child.waitForExit()
+        try context.withTemporaryDirectory("observers-processes-none") { basePath in
+            var options = PersistentDefaults.Options()
+            options.durability = .bounded(interval: .seconds(1))
+            let store = try PersistentDefaults(path: path, options: options)
+            let children = try (0..<count).map { _ in try observingChild(path: path, key: key) }
+            defer {
+                for child in children {
+                    child.closeInput()
+                    _ = child.waitForExit()
+                }
             }
+            for child in children where child.line(startingWith: "ready") == nil {
+                throw BenchmarkError.setup("an observing child failed")
+            }
+            let written = PersistentDefaults.Key<Int>("key", default: -1)
+            let note = "bounded durability; \(count) other process(es) observing \"\(key)\""
+            let (baselineSet, baselineName, baselineNote): ((Int) throws -> Void, String, String)
+            switch baseline {
+            case .unobservedKey(let name):
+                let unobserved = PersistentDefaults.Key<Int>(name, default: -1)
+                baselineSet = { index in try store.set(index, for: unobserved) }
+                (baselineName, baselineNote) = ("/unobserved", "sets of \"\(name)\" in the same store")
+            case .storeWithoutObservers:
+                let other = try PersistentDefaults(path: basePath, options: options)
+                baselineSet = { index in try other.set(index, for: written) }
+                (baselineName, baselineNote) = ("/no-observers", "sets in a store no process observes")
+            }
+            let samples = try measureInterleaved(
+                .medium(quick: context.quick), baselineSet, { index in try store.set(index, for: written) })
+            return [
+                Measurement(name, samples: samples.second, note: note + "; alternating with " + baselineNote),
+                Measurement(name + baselineName, samples: samples.first, note: baselineNote + ", alternated"),
+            ]
         }
-        for child in children where child.line(startingWith: "ready") == nil {
-            throw BenchmarkError.setup("an observing child failed")
-        }
-        let written = PersistentDefaults.Key<Int>("key", default: -1)
-        let note = "bounded durability; \(count) other process(es) observing \"\(key)\""
-        guard let baseline else {
-            let samples = try measure(.medium(quick: context.quick)) { index in try store.set(index, for: written) }
-            return [Measurement(name, samples: samples, note: note)]
-        }
-        let unobserved = PersistentDefaults.Key<Int>(baseline, default: -1)
-        let samples = try measureInterleaved(
-            .medium(quick: context.quick), { index in try store.set(index, for: unobserved) },
-            { index in try store.set(index, for: written) })
-        return [
-            Measurement(name, samples: samples.second, note: note + "; alternating with sets of \"\(baseline)\""),
-            Measurement(
-                name + "/unobserved", samples: samples.first, note: "the sets of \"\(baseline)\" alternated with them"),
-        ]
     }
 }
 
