@@ -143,8 +143,7 @@ let childWakeFloorFlag = "--child-wake-floor"
 /// fallback check's timeout (1 s) forever, as an idle observer's watcher does, with no check in
 /// between; prints "ready" and returns when the parent closes standard input.
 func runWakeFloorChild() -> Int32 {
-    let interval = PersistentDefaults.Options().fallbackCheckInterval.components
-    let nanoseconds = interval.seconds * 1_000_000_000 + interval.attoseconds / 1_000_000_000
+    let nanoseconds = PersistentDefaults.Options().fallbackCheckInterval.nanoseconds
     // The word never moves: every wait ends by its timeout. The thread dies with the process.
     let thread = Thread {
         var word: UInt32 = 0

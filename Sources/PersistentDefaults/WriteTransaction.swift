@@ -105,8 +105,7 @@ public final class WriteTransaction: StoreView {
 
         /// FNV-1a of the bytes from the process's seed, its high half folded into the low one.
         static func hash(_ bytes: [UInt8]) -> UInt64 {
-            var hash = seed
-            for byte in bytes { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+            let hash = FNV1a.hash(bytes, from: seed)
             return hash ^ (hash >> 29)
         }
 

@@ -81,3 +81,14 @@ final class Events<Value: Sendable>: Sendable {
         return true
     }
 }
+
+/// Whether `condition` holds within `timeout` seconds, checked every millisecond: for state that
+/// another process or thread changes and announces nowhere else (a file, a released object).
+func eventually(timeout: Double = 10, _ condition: () -> Bool) -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while !condition() {
+        if Date() > deadline { return false }
+        usleep(1_000)
+    }
+    return true
+}

@@ -217,9 +217,7 @@ private func fileSize(_ path: String) throws -> Int {
                 #expect(freed != nil)
             }
             // The watcher's thread lets go of the core when it ends, soon after the close.
-            let deadline = Date().addingTimeInterval(10)
-            while freed != nil, Date() < deadline { usleep(1_000) }
-            #expect(freed == nil, "the store core outlived its last handle")
+            #expect(eventually { freed == nil }, "the store core outlived its last handle")
             // Tokens that outlive the store cancel without effect.
             for token in tokens { token.cancel() }
             let reopened = try PersistentDefaults(path: path)

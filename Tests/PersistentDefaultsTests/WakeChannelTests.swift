@@ -39,17 +39,6 @@ private func slots(_ path: String) -> [(processID: UInt32, word: UInt32)] {
 /// The generations of the claimed slots' words (without the sleeper bit).
 private func generations(_ path: String) -> [UInt32] { slots(path).map { $0.word & ~1 } }
 
-/// Whether `condition` holds within `timeout` seconds, checked every millisecond: for state that
-/// another process changes and announces nowhere else.
-private func eventually(timeout: Double = 10, _ condition: () -> Bool) -> Bool {
-    let deadline = Date().addingTimeInterval(timeout)
-    while !condition() {
-        if Date() > deadline { return false }
-        usleep(1_000)
-    }
-    return true
-}
-
 /// How many claimed slots have a watcher announced as asleep.
 private func sleepers(_ path: String) -> Int { slots(path).filter { $0.word & 1 == 1 }.count }
 

@@ -343,8 +343,8 @@ final class Environment: @unchecked Sendable {
         }
     }
 
+    /// Call holding the gate's shared side, with the environment checked open.
     private func writeOnce<R>(_ body: (Transaction) throws -> R) throws -> R {
-        try checkOpen()
         var begun: TransactionHandle?
         let code = mdb_txn_begin(handle, nil, 0, &begun)
         if code == MDB_MAP_RESIZED { throw RetrySignal.mapResized }

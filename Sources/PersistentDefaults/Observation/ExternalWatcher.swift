@@ -62,9 +62,7 @@ final class ExternalWatcher: @unchecked Sendable {
         lastLocalCommits = localCommits
         channel = waiter
         let interval = core.options.fallbackCheckInterval
-        let clamped = min(max(interval, .milliseconds(1)), .seconds(3_600))
-        fallbackNanoseconds =
-            clamped.components.seconds * 1_000_000_000 + clamped.components.attoseconds / 1_000_000_000
+        fallbackNanoseconds = min(max(interval, .milliseconds(1)), .seconds(3_600)).nanoseconds
         let thread = Thread { [self] in run() }
         thread.name = "PersistentDefaults.watch"
         thread.start()
@@ -100,7 +98,7 @@ final class ExternalWatcher: @unchecked Sendable {
     /// 1.00–1.02×. A commit after a quiet spell is still delivered at once (p50 ≈ 80 µs); in a
     /// burst, delivery waits up to this much longer.
     static let gather: Duration = .microseconds(100)
-    private static let gatherNanoseconds = gather.components.attoseconds / 1_000_000_000
+    private static let gatherNanoseconds = gather.nanoseconds
 
     /// How soon to check again when the meta page is ahead of a new snapshot.
     static let retryNanoseconds: Int64 = 1_000_000
@@ -148,4 +146,9 @@ final class ExternalWatcher: @unchecked Sendable {
         // own slot: no other process wakes.
         channel.wake()
     }
+}
+
+extension Duration {
+    /// The duration in whole nanoseconds, as futex and `nanosleep` timeouts take it.
+    package var nanoseconds: Int64 { components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000 }
 }

@@ -88,8 +88,8 @@ final class ObserverRegistry: Sendable {
         /// Adds a prefix observer, counting the prefix's length and hash when it is newly observed.
         mutating func insert(_ observer: CommitObserver, id: UInt64, prefix: [UInt8]) {
             if prefixes[prefix] == nil {
-                prefixLengths[prefix.count, default: 0] += 1
-                prefixHashes[WakeChannel.nameHash(prefix), default: 0] += 1
+                prefixLengths.countUp(prefix.count)
+                prefixHashes.countUp(WakeChannel.nameHash(prefix))
             }
             prefixes[prefix, default: [:]][id] = observer
         }
@@ -99,12 +99,11 @@ final class ObserverRegistry: Sendable {
             guard prefixes[prefix]?.removeValue(forKey: id) != nil else { return false }
             guard prefixes[prefix]?.isEmpty == true else { return true }
             prefixes[prefix] = nil
-            prefixLengths[prefix.count, default: 1] -= 1
-            if prefixLengths[prefix.count] == 0 { prefixLengths[prefix.count] = nil }
-            let hash = WakeChannel.nameHash(prefix)
-            prefixHashes[hash] = prefixHashes[hash] == 1 ? nil : prefixHashes[hash].map { $0 - 1 }
+            prefixLengths.countDown(prefix.count)
+            prefixHashes.countDown(WakeChannel.nameHash(prefix))
             return true
         }
+
         /// The wake-up bits of what is observed (see `WakeChannel`).
         var wakeBits: UInt64 { keyBits | (commitObservers.isEmpty && prefixes.isEmpty ? 0 : WakeChannel.everyCommit) }
 
@@ -114,7 +113,7 @@ final class ObserverRegistry: Sendable {
             if keys[name] == nil {
                 keyBitCounts[bit.trailingZeroBitCount] += 1
                 keyBits |= bit
-                keyNameHashes[WakeChannel.nameHash(name), default: 0] += 1
+                keyNameHashes.countUp(WakeChannel.nameHash(name))
             }
             keys[name, default: [:]][id] = observer
         }
@@ -126,8 +125,7 @@ final class ObserverRegistry: Sendable {
                 keys[name] = nil
                 keyBitCounts[bit.trailingZeroBitCount] -= 1
                 if keyBitCounts[bit.trailingZeroBitCount] == 0 { keyBits &= ~bit }
-                let hash = WakeChannel.nameHash(name)
-                keyNameHashes[hash] = keyNameHashes[hash] == 1 ? nil : keyNameHashes[hash].map { $0 - 1 }
+                keyNameHashes.countDown(WakeChannel.nameHash(name))
             }
             return true
         }
@@ -565,5 +563,16 @@ extension StoreCore {
             return true
         }
         return batch
+    }
+}
+
+extension Dictionary where Value == Int {
+    /// Counts one more `key`.
+    fileprivate mutating func countUp(_ key: Key) { self[key, default: 0] += 1 }
+
+    /// Counts one less `key`, removing it at zero.
+    fileprivate mutating func countDown(_ key: Key) {
+        guard let count = self[key] else { return }
+        self[key] = count > 1 ? count - 1 : nil
     }
 }

@@ -80,11 +80,7 @@ final class WakeChannel: @unchecked Sendable {
     static func bit(forKeyNamed name: some Sequence<UInt8>) -> UInt64 { bit(ofNameHash: nameHash(name)) }
 
     /// The 64-bit FNV-1a hash of a key name (its UTF-8 bytes), from which its mask bit is taken.
-    static func nameHash(_ name: some Sequence<UInt8>) -> UInt64 {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in name { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
-        return hash
-    }
+    static func nameHash(_ name: some Sequence<UInt8>) -> UInt64 { FNV1a.hash(name) }
 
     /// The mask bit of a name whose ``nameHash(_:)`` is `hash`.
     static func bit(ofNameHash hash: UInt64) -> UInt64 { 1 << (hash % 63) }
