@@ -26,7 +26,7 @@ public class StoreView {
     }
 
     /// Ends the view: the closure it was passed to returned.
-    final func invalidate() { isValid = false }
+    func invalidate() { isValid = false }
 
     /// The transaction, while the closure runs.
     final func live() throws -> Transaction {

@@ -23,6 +23,13 @@ public final class WriteTransaction: StoreView {
     /// The position in `touched` of each name, kept once more than `linearSearchLimit` keys are
     /// touched; a transaction of a few keys finds them by comparing bytes, without hashing.
     @exclusivity(unchecked) private var touchedIndex = NameIndex()
+    /// The cursor on the values database through which each touched key is first read and then
+    /// written: one B-tree descent per key (see `WriteCursor`); opened at the first touch and
+    /// closed by `invalidate()`, before the transaction ends.
+    @exclusivity(unchecked) private var cursor: WriteCursor?
+    /// The position in `touched` of the key the cursor stands on, when that key is stored: the
+    /// next write of it replaces the value in place. Nil after anything else moved the cursor.
+    @exclusivity(unchecked) private var cursorKey: Int?
     /// Log a record even when no value changed: the transaction changed what the log must
     /// account for, such as key declarations in `meta`.
     var logsWithoutValueChanges = false
@@ -145,6 +152,23 @@ public final class WriteTransaction: StoreView {
         cachedLastSequence = cache?.lastSequence
         mirrorOwners = cache?.mirrorOwners
         super.init(core: core, transaction: transaction, typeName: "WriteTransaction")
+    }
+
+    /// Ends the transaction's use and closes its cursor; the store calls this before the LMDB
+    /// transaction commits or aborts.
+    override func invalidate() {
+        cursor?.close()
+        cursor = nil
+        cursorKey = nil
+        super.invalidate()
+    }
+
+    /// The values database's cursor, opened at the first use.
+    private func valuesCursor(_ transaction: Transaction) throws -> WriteCursor {
+        if let cursor { return cursor }
+        let opened = try WriteCursor(core.databases.values, in: transaction)
+        cursor = opened
+        return opened
     }
 
     /// Logs the changes; nil when nothing changed. Throws the first failed subscript write.
@@ -302,9 +326,12 @@ public final class WriteTransaction: StoreView {
             hash = nameHash
         }
         // Read before adding: a failed read leaves `touched` and the index as they were.
-        let current = try core.encodedValue(named: nameBytes, in: transaction)
+        cursorKey = nil
+        let cursor = try valuesCursor(transaction)
+        let current = try nameBytes.withUnsafeBytes { name in try cursor.find(name) { $0.map { Array($0) } } }
         touched.append(TouchedKey(nameBytes: nameBytes, name: key.name, old: current, new: current))
         if let hash { touchedIndex.append(hash: hash) }
+        if current != nil { cursorKey = next }
         return next
     }
 
@@ -318,14 +345,18 @@ public final class WriteTransaction: StoreView {
         try checkNotMirrored(key, in: transaction)
         let position = try position ?? touchedPosition(of: key, in: transaction)
         guard bytes != touched.new(at: position) else { return }
+        let cursor = try valuesCursor(transaction)
+        let atKey = cursorKey == position
+        cursorKey = nil
         try key.nameBytes.withUnsafeBytes { name in
             if let bytes {
-                try bytes.withUnsafeBytes { try transaction.put(core.databases.values, name, $0) }
+                try bytes.withUnsafeBytes { try cursor.put(name, $0, atKey: atKey) }
             } else {
-                try transaction.delete(core.databases.values, name)
+                try cursor.delete(name, atKey: atKey)
             }
         }
         touched.setNew(bytes, at: position)
+        if bytes != nil { cursorKey = position }
     }
 
     private func recordingFailure(_ body: () throws -> Void) {

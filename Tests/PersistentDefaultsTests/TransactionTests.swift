@@ -65,6 +65,62 @@ private struct Abort: Error {}
         }
     }
 
+    /// Each touched key is read and then written through one cursor (`MDB_CURRENT` when it
+    /// stands on the key). Random transactions of sets of every size (inline, overflow pages,
+    /// shrinking and growing in place), removals, rewrites of one key between writes of others,
+    /// and a small map that grows on the way must leave exactly what a plain dictionary says, in
+    /// the store, in the transaction's own reads, and in each commit's record.
+    @Test(arguments: [UInt64(1), 2, 3])
+    func randomTransactionsLeaveWhatAModelSays(seed: UInt64) throws {
+        var options = PersistentDefaults.Options()
+        options.durability = .bounded(interval: .seconds(60))
+        options.initialMapSize = 64 << 10
+        try withTemporaryStore(options: options) { store, _, _ throws in
+            var random = SplitMix64(seed: seed)
+            let keys = (0..<60).map { PersistentDefaults.Key<String>("key-\($0)", default: "") }
+            var model: [String: String] = [:]
+            for round in 0..<40 {
+                var changed: [String: String?] = [:]
+                let before = model
+                let sequence = try store.lastSequence()
+                try store.write { tx in
+                    for _ in 0..<Int.random(in: 1...80, using: &random) {
+                        let key = keys[Int.random(in: 0..<keys.count, using: &random)]
+                        switch Int.random(in: 0..<10, using: &random) {
+                        case 0:
+                            try tx.remove(key)
+                            model[key.name] = nil
+                        case 1:
+                            // Back to what it was before the transaction: no change to log.
+                            if let old = before[key.name] { tx[key] = old } else { try tx.remove(key) }
+                            model[key.name] = before[key.name]
+                        default:
+                            let size = [0, 1, 8, 100, 1_500, 2_100, 5_000][Int.random(in: 0..<7, using: &random)]
+                            let value = String(repeating: Character(UnicodeScalar(97 + round % 26)!), count: size)
+                                + "\(Int.random(in: 0..<1_000, using: &random))"
+                            tx[key] = value
+                            model[key.name] = value
+                        }
+                        #expect(tx[key] == model[key.name] ?? "")
+                    }
+                }
+                for key in keys where model[key.name] != before[key.name] { changed[key.name] = model[key.name] }
+                try store.read { snapshot throws in
+                    #expect(try snapshot.keyNames().sorted() == model.keys.sorted())
+                    for key in keys { #expect(snapshot[key] == model[key.name] ?? "", "round \(round), \(key.name)") }
+                }
+                #expect(try store.lastSequence() == (changed.isEmpty ? sequence : sequence + 1), "round \(round)")
+                if changed.isEmpty { continue }
+                let logged = try #require(try store.commits(after: sequence).first).changes
+                #expect(Set(logged.map(\.key)) == Set(changed.keys), "round \(round)")
+                for change in logged {
+                    let expected = changed[change.key] ?? nil
+                    #expect(try change.encodedValue.map { try StoredValue(encodedValue: $0) } == expected.map { .string($0) })
+                }
+            }
+        }
+    }
+
     @Test func aThrowingWriteLeavesNothingBehind() throws {
         try withTemporaryStore { store, _, _ throws in
             store[.launchCount] = 1
