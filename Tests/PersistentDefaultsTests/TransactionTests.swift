@@ -96,8 +96,9 @@ private struct Abort: Error {}
                             model[key.name] = before[key.name]
                         default:
                             let size = [0, 1, 8, 100, 1_500, 2_100, 5_000][Int.random(in: 0..<7, using: &random)]
-                            let value = String(repeating: Character(UnicodeScalar(97 + round % 26)!), count: size)
-                                + "\(Int.random(in: 0..<1_000, using: &random))"
+                            let letter = Character(UnicodeScalar(97 + round % 26)!)
+                            let value =
+                                String(repeating: letter, count: size) + "\(Int.random(in: 0..<1_000, using: &random))"
                             tx[key] = value
                             model[key.name] = value
                         }
@@ -114,8 +115,8 @@ private struct Abort: Error {}
                 let logged = try #require(try store.commits(after: sequence).first).changes
                 #expect(Set(logged.map(\.key)) == Set(changed.keys), "round \(round)")
                 for change in logged {
-                    let expected = changed[change.key] ?? nil
-                    #expect(try change.encodedValue.map { try StoredValue(encodedValue: $0) } == expected.map { .string($0) })
+                    let expected = (changed[change.key] ?? nil).map { StoredValue.string($0) }
+                    #expect(try change.storedValue() == expected)
                 }
             }
         }
