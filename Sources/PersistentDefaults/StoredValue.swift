@@ -186,10 +186,16 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
     /// StoredValue.int(300).encodedValue   // [0x02, 0, 0, 0, 0, 0, 0, 0x01, 0x2C]
     /// ```
     public var encodedValue: [UInt8] {
+        switch self {
+        case .int(let value): return Self.encoded(tag, UInt64(bitPattern: value))
+        case .uint(let value): return Self.encoded(tag, value)
+        case .double(let value): return Self.encoded(tag, value.bitPattern)
+        case .date(let value): return Self.encoded(tag, value.timeIntervalSinceReferenceDate.bitPattern)
+        default: break
+        }
         var out: [UInt8] = []
         // One allocation of the final size for the fixed-width payloads and the common texts.
         switch self {
-        case .int, .uint, .double, .date: out.reserveCapacity(9)
         case .string(let value), .json(let value): out.reserveCapacity(1 + value.utf8.count)
         case .data(let value): out.reserveCapacity(1 + value.count)
         default: out.reserveCapacity(17)
@@ -214,6 +220,17 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
         case .json(let value): out.append(contentsOf: value.utf8)
         }
         return out
+    }
+
+    /// The 9 bytes of a fixed-width value: `tag`, then `payload` big-endian, written at once
+    /// (appending byte by byte checked the capacity nine times: about half of a typed `set`'s
+    /// encoding, callgrind).
+    private static func encoded(_ tag: Tag, _ payload: UInt64) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(9)
+        bytes.append(tag.rawValue)
+        withUnsafeBytes(of: payload.bigEndian) { bytes.append(contentsOf: $0) }
+        return bytes
     }
 
     /// The value as a JSON text: JSON values as they are, others as the closest JSON value

@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// One atomic write transaction, passed to ``PersistentDefaults/write(_:)``.
 ///
 /// ```swift
@@ -45,8 +51,19 @@ public final class WriteTransaction: StoreView {
     private struct TouchedKey {
         let nameBytes: [UInt8]
         let name: String
-        let old: [UInt8]?
-        var new: [UInt8]?
+        /// The value before the transaction.
+        let old: Held
+        /// The value now.
+        var new: Held
+    }
+
+    /// A value the transaction holds for a key: none, a value read from the store (its bytes'
+    /// range in `TouchedKeys.read`, one buffer for every key, so that reading a key allocates
+    /// nothing of its own), or a value written (its own array, as the encoding made it).
+    private enum Held {
+        case absent
+        case read(Range<Int>)
+        case written([UInt8])
     }
 
     /// The keys a transaction touched; the first is held inline, so that a single-key `set`
@@ -54,32 +71,98 @@ public final class WriteTransaction: StoreView {
     private struct TouchedKeys {
         private var first: TouchedKey?
         private var rest: [TouchedKey] = []
+        /// The bytes of the values read from the store, one after the other.
+        private var read: [UInt8] = []
 
         var count: Int { first == nil ? 0 : 1 + rest.count }
 
-        // Field by field, not the whole entry: copying an entry out retains its four references.
+        // Field by field, not the whole entry: copying an entry out retains its references.
 
         func nameBytes(at position: Int) -> [UInt8] { position == 0 ? first!.nameBytes : rest[position - 1].nameBytes }
 
-        func old(at position: Int) -> [UInt8]? { position == 0 ? first!.old : rest[position - 1].old }
+        func name(at position: Int) -> String { position == 0 ? first!.name : rest[position - 1].name }
 
-        func new(at position: Int) -> [UInt8]? { position == 0 ? first!.new : rest[position - 1].new }
+        func old(at position: Int) -> Held { position == 0 ? first!.old : rest[position - 1].old }
+
+        func new(at position: Int) -> Held { position == 0 ? first!.new : rest[position - 1].new }
+
+        /// The bytes of `held`, copied out; nil when absent.
+        func bytes(of held: Held) -> [UInt8]? {
+            switch held {
+            case .absent: nil
+            case .read(let range): Array(read[range])
+            case .written(let bytes): bytes
+            }
+        }
+
+        /// Whether `held` is `bytes` (nil: absent).
+        func holds(_ held: Held, _ bytes: [UInt8]?) -> Bool {
+            switch held {
+            case .absent:
+                return bytes == nil
+            case .read(let range):
+                guard let bytes, bytes.count == range.count else { return false }
+                guard !bytes.isEmpty else { return true }
+                return read.withUnsafeBytes { read in
+                    let start = read.baseAddress! + range.lowerBound
+                    return bytes.withUnsafeBytes { memcmp($0.baseAddress!, start, $0.count) == 0 }
+                }
+            case .written(let written):
+                return written == bytes
+            }
+        }
+
+        /// The first byte (the type tag) of `held`; nil when absent or empty.
+        func tag(of held: Held) -> UInt8? {
+            switch held {
+            case .absent: nil
+            case .read(let range): range.isEmpty ? nil : read[range.lowerBound]
+            case .written(let bytes): bytes.first
+            }
+        }
+
+        /// Whether `a` and `b` are the same read value or both absent (a key not yet written).
+        static func same(_ a: Held, _ b: Held) -> Bool {
+            switch (a, b) {
+            case (.absent, .absent): true
+            case (.read(let x), .read(let y)): x == y
+            default: false
+            }
+        }
 
         /// The change of the key at `position`; nil when its value is what it was before.
         func change(at position: Int) -> CommitRecord.Change? {
-            if position == 0 {
-                guard let first, first.old != first.new else { return nil }
-                return CommitRecord.Change(key: first.name, encodedValue: first.new)
+            let old = old(at: position)
+            // A key never written holds what it held before; a written one holds its own array.
+            switch new(at: position) {
+            case .read:
+                return nil
+            case .absent:
+                return isAbsent(old) ? nil : CommitRecord.Change(key: name(at: position), encodedValue: nil)
+            case .written(let new):
+                return holds(old, new) ? nil : CommitRecord.Change(key: name(at: position), encodedValue: new)
             }
-            guard rest[position - 1].old != rest[position - 1].new else { return nil }
-            return CommitRecord.Change(key: rest[position - 1].name, encodedValue: rest[position - 1].new)
+        }
+
+        private func isAbsent(_ held: Held) -> Bool {
+            if case .absent = held { return true }
+            return false
         }
 
         mutating func setNew(_ bytes: [UInt8]?, at position: Int) {
-            if position == 0 { first!.new = bytes } else { rest[position - 1].new = bytes }
+            let held = bytes.map(Held.written) ?? .absent
+            if position == 0 { first!.new = held } else { rest[position - 1].new = held }
         }
 
-        mutating func append(_ key: TouchedKey) {
+        /// Adds a key not touched before, with the bytes it holds in the store (nil: absent).
+        mutating func append(nameBytes: [UInt8], name: String, stored: UnsafeRawBufferPointer?) {
+            var held = Held.absent
+            if let stored {
+                let start = read.count
+                read.append(contentsOf: stored.assumingMemoryBound(to: UInt8.self))
+                held = .read(start..<read.count)
+            }
+            let key = TouchedKey(nameBytes: nameBytes, name: name, old: held, new: held)
             if first == nil { first = key } else { rest.append(key) }
         }
 
@@ -176,11 +259,15 @@ public final class WriteTransaction: StoreView {
         if let firstError { throw firstError }
         var changes: [CommitRecord.Change] = []
         changes.reserveCapacity(touched.count)
+        var mask: UInt64 = 0
         for position in 0..<touched.count {
-            if let change = touched.change(at: position) { changes.append(change) }
+            guard let change = touched.change(at: position) else { continue }
+            changes.append(change)
+            // From the name's bytes, which the transaction holds, not through `String.utf8`.
+            mask |= WakeChannel.bit(forKeyNamed: touched.nameBytes(at: position))
         }
         guard !changes.isEmpty || logsWithoutValueChanges else { return nil }
-        return try core.appendLog(changes, cachedLastSequence: cachedLastSequence, in: transaction)
+        return try core.appendLog(changes, mask: mask, cachedLastSequence: cachedLastSequence, in: transaction)
     }
 
     // MARK: Writing
@@ -229,21 +316,25 @@ public final class WriteTransaction: StoreView {
         of value: Value, encoded: [UInt8], for key: PersistentDefaults.Key<Value>, at position: Int?
     ) -> [UInt8] {
         guard let isEqual = key.isEqual, let position else { return encoded }
-        func isEqualForm(_ held: [UInt8]?) -> Bool {
-            guard let held else { return false }
-            if held == encoded { return true }
-            // Only JSON and the old date form can encode an equal value differently; every other
-            // tag's bytes are canonical, so comparing bytes is enough (and saves a decode).
-            guard Self.mayEncodeEqualValuesDifferently(held) || Self.mayEncodeEqualValuesDifferently(encoded) else {
-                return false
-            }
-            return Self.decodes(held, toEqualOf: value, with: key.codec, isEqual: isEqual)
+        /// The held bytes when they decode to a value equal to `value`; only JSON and the old
+        /// date form can encode an equal value differently, every other tag's bytes are
+        /// canonical, so for those comparing bytes is enough (and saves a decode and a copy).
+        func equalForm(_ held: Held) -> [UInt8]? {
+            guard let tag = touched.tag(of: held),
+                Self.mayEncodeEqualValuesDifferently(tag) || Self.mayEncodeEqualValuesDifferently(encoded.first),
+                let bytes = touched.bytes(of: held),
+                Self.decodes(bytes, toEqualOf: value, with: key.codec, isEqual: isEqual)
+            else { return nil }
+            return bytes
         }
+        // Held bytes equal to `encoded` are kept as `encoded`: the same bytes, no copy.
         let new = touched.new(at: position)
-        if isEqualForm(new), let new { return new }
+        if touched.holds(new, encoded) { return encoded }
+        if let held = equalForm(new) { return held }
         let old = touched.old(at: position)
-        if old != new, isEqualForm(old), let old { return old }
-        return encoded
+        if TouchedKeys.same(old, new) { return encoded }
+        if touched.holds(old, encoded) { return encoded }
+        return equalForm(old) ?? encoded
     }
 
     /// Stores a key type's value, applying its hooks.
@@ -304,8 +395,8 @@ public final class WriteTransaction: StoreView {
     }
 
     /// Whether an encoded value's tag is one whose equal values may have different bytes.
-    private static func mayEncodeEqualValuesDifferently(_ bytes: [UInt8]) -> Bool {
-        bytes.first == StoredValue.Tag.json.rawValue || bytes.first == StoredValue.legacyDateTag
+    private static func mayEncodeEqualValuesDifferently(_ tag: UInt8?) -> Bool {
+        tag == StoredValue.Tag.json.rawValue || tag == StoredValue.legacyDateTag
     }
 
     /// The key's position in `touched`; a key not yet touched is added with the bytes it holds.
@@ -328,10 +419,14 @@ public final class WriteTransaction: StoreView {
         // Read before adding: a failed read leaves `touched` and the index as they were.
         cursorKey = nil
         let cursor = try valuesCursor(transaction)
-        let current = try nameBytes.withUnsafeBytes { name in try cursor.find(name) { $0.map { Array($0) } } }
-        touched.append(TouchedKey(nameBytes: nameBytes, name: key.name, old: current, new: current))
+        let found = try nameBytes.withUnsafeBytes { name in
+            try cursor.find(name) { stored in
+                touched.append(nameBytes: nameBytes, name: key.name, stored: stored)
+                return stored != nil
+            }
+        }
         if let hash { touchedIndex.append(hash: hash) }
-        if current != nil { cursorKey = next }
+        if found { cursorKey = next }
         return next
     }
 
@@ -344,7 +439,7 @@ public final class WriteTransaction: StoreView {
         if let bytes { try core.checkSize(bytes, of: key.name) }
         try checkNotMirrored(key, in: transaction)
         let position = try position ?? touchedPosition(of: key, in: transaction)
-        guard bytes != touched.new(at: position) else { return }
+        guard !touched.holds(touched.new(at: position), bytes) else { return }
         let cursor = try valuesCursor(transaction)
         let atKey = cursorKey == position
         cursorKey = nil
