@@ -189,7 +189,9 @@ final class StoreCore: Sendable {
         let mask = mask ?? changes.reduce(0) { $0 | WakeChannel.bit(forKeyNamed: $1.key.utf8) }
         transaction.noteLogged(sequence: record.sequence, mask: mask)
         try withUnsafeBytes(of: record.sequence.bigEndian) { key in
-            try transaction.put(databases.log, key, reserving: record.encodedCount) { record.encode(into: $0) }
+            try transaction.put(databases.log, key, reserving: record.encodedCount, appending: true) {
+                record.encode(into: $0)
+            }
         }
         try pruneLog(newest: record.sequence, in: transaction)
         return record

@@ -51,13 +51,18 @@ struct Transaction {
     /// the given size, but don't copy the given data. Instead, return a pointer to the reserved
     /// space, which the caller can fill in later - before the next update operation or the
     /// transaction ends." `fill` must write all `count` bytes and update nothing.
+    ///
+    /// `appending`: `key` sorts after every key of the database (`MDB_APPEND`): LMDB puts it on
+    /// the last page without searching, and splits a full last page by starting a new one
+    /// instead of halving it; a key that does not sort last fails with `MDB_KEYEXIST`.
     func put(
-        _ database: DatabaseHandle, _ key: UnsafeRawBufferPointer, reserving count: Int,
+        _ database: DatabaseHandle, _ key: UnsafeRawBufferPointer, reserving count: Int, appending: Bool = false,
         _ fill: (UnsafeMutableRawBufferPointer) throws -> Void
     ) throws {
         var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
         var data = MDB_val(mv_size: count, mv_data: nil)
-        let code = mdb_put(handle, database, &keyValue, &data, UInt32(MDB_RESERVE))
+        let flags = UInt32(MDB_RESERVE) | (appending ? UInt32(MDB_APPEND) : 0)
+        let code = mdb_put(handle, database, &keyValue, &data, flags)
         environment.notePut(bytes: key.count + count, code: code, database: database)
         try check(code, "mdb_put(MDB_RESERVE)")
         guard data.mv_size == count, let start = data.mv_data else {
