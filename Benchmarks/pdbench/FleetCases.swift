@@ -111,7 +111,7 @@ private func mirroredReads(_ context: RunContext) throws -> [Measurement] {
         try blocking { try await mirror.set(3, for: mirrored) }
         store[other] = 3
         var sink = 0
-        let (first, second) = measureInterleaved(
+        let (first, second) = try measureInterleaved(
             .fast(quick: context.quick), { _ in sink &+= store[mirrored] }, { _ in sink &+= store[other] })
         precondition(sink != 1)  // Keeps the reads.
         try blocking { try await mirror.stop() }

@@ -8,9 +8,11 @@ import Synchronization
 /// `@PersistentDefault` properties, several reader threads, and the file after a write-heavy
 /// run while other threads read now and then.
 ///
-/// - `get/int/1000-keys-scattered/{raw-lmdb,store-subscript,property-wrapper}`: 1,000 Int keys
-///   read in a fixed shuffled order; raw is the C API with one kept read transaction renewed and
-///   reset per get; the wrapper case reads 1,000 `@PersistentDefault` values, one per key.
+/// - `get/int/1000-keys-scattered/{raw-lmdb,store-subscript,property-wrapper,
+///   store-subscript-and-registrar-access}`: 1,000 Int keys read in a fixed shuffled order; raw
+///   is the C API with one kept read transaction renewed and reset per get; the wrapper case
+///   reads 1,000 `@PersistentDefault` values, one per key. One case: the four alternate sample by
+///   sample, so that the machine's drift (±30 % over a run here) hits all alike.
 /// - `get/int/{1,2,4}-threads/{raw-lmdb,store}`: n threads each reading the 1,000 keys in
 ///   scattered order for a fixed time; ops/s is the total reads per second (raw: one kept read
 ///   transaction per thread).
@@ -18,12 +20,7 @@ import Synchronization
 ///   over 100 keys, while n threads read one key each every 20 ms (and are idle in between).
 let serviceReadCases: [BenchmarkCase] =
     [
-        BenchmarkCase(name: "get/int/1000-keys-scattered/raw-lmdb") { [try scatteredRaw($0)] },
-        BenchmarkCase(name: "get/int/1000-keys-scattered/store-subscript") { [try scatteredStore($0)] },
-        BenchmarkCase(name: "get/int/1000-keys-scattered/property-wrapper") { [try scatteredWrappers($0)] },
-        BenchmarkCase(name: "get/int/1000-keys-scattered/store-subscript-and-registrar-access") {
-            [try scatteredStoreAndAccess($0)]
-        },
+        BenchmarkCase(name: "get/int/1000-keys-scattered") { try scattered($0) }
     ]
     + [1, 2, 4].flatMap { threads in
         [
@@ -84,40 +81,42 @@ private func decodeRaw(_ bytes: UnsafeRawBufferPointer?) -> Int {
     return Int(Int64(bigEndian: bytes.loadUnaligned(as: Int64.self)))
 }
 
-private func scatteredRaw(_ context: RunContext) throws -> Measurement {
-    try context.withTemporaryDirectory("scattered-raw") { path in
-        let (lmdb, keys) = try makeRaw(path)
-        var sum = 0
-        let samples = try measure(.fast(quick: context.quick)) { index in
-            sum &+= try keys[index % keyCount].withUnsafeBytes { try lmdb.get(key: $0, decodeRaw) }
+/// The four scattered reads, alternated: raw LMDB, `store[key]`, the wrappers, and `store[key]`
+/// with `ObservationRegistrar.access` (the floor of a wrapper that supports Observation).
+private func scattered(_ context: RunContext) throws -> [Measurement] {
+    try context.withTemporaryDirectory("scattered-raw") { rawPath in
+        try context.withTemporaryDirectory("scattered-store") { storePath in
+            let (lmdb, rawKeys) = try makeRaw(rawPath)
+            let (store, keys) = try makeStore(storePath)
+            let wrappers = keys.map { PersistentDefault($0, in: store) }
+            let subjects = keys.map { _ in TrackedSubject() }
+            var sum = 0
+            let samples = try measureAlternating(
+                .fast(quick: context.quick),
+                [
+                    { index in
+                        sum &+= try rawKeys[index % keyCount].withUnsafeBytes { try lmdb.get(key: $0, decodeRaw) }
+                    },
+                    { index in sum &+= store[keys[index % keyCount]] },
+                    { index in sum &+= wrappers[index % keyCount].wrappedValue },
+                    { index in
+                        subjects[index % keyCount].access()
+                        sum &+= store[keys[index % keyCount]]
+                    },
+                ])
+            blackHole(sum)
+            let prefix = "get/int/1000-keys-scattered/"
+            return [
+                Measurement(prefix + "raw-lmdb", samples: samples[0]),
+                Measurement(prefix + "store-subscript", samples: samples[1]),
+                Measurement(
+                    prefix + "property-wrapper", samples: samples[2],
+                    note: "1,000 @PersistentDefault properties, one per key; compare with store-subscript"),
+                Measurement(
+                    prefix + "store-subscript-and-registrar-access", samples: samples[3],
+                    note: "store[key] and ObservationRegistrar.access on one of 1,000 Observable objects"),
+            ]
         }
-        blackHole(sum)
-        return Measurement("get/int/1000-keys-scattered/raw-lmdb", samples: samples)
-    }
-}
-
-private func scatteredStore(_ context: RunContext) throws -> Measurement {
-    try context.withTemporaryDirectory("scattered-store") { path in
-        let (store, keys) = try makeStore(path)
-        var sum = 0
-        let samples = measure(.fast(quick: context.quick)) { index in sum &+= store[keys[index % keyCount]] }
-        blackHole(sum)
-        return Measurement("get/int/1000-keys-scattered/store-subscript", samples: samples)
-    }
-}
-
-private func scatteredWrappers(_ context: RunContext) throws -> Measurement {
-    try context.withTemporaryDirectory("scattered-wrappers") { path in
-        let (store, keys) = try makeStore(path)
-        let wrappers = keys.map { PersistentDefault($0, in: store) }
-        var sum = 0
-        let samples = measure(.fast(quick: context.quick)) { index in
-            sum &+= wrappers[index % keyCount].wrappedValue
-        }
-        blackHole(sum)
-        return Measurement(
-            "get/int/1000-keys-scattered/property-wrapper", samples: samples,
-            note: "1,000 @PersistentDefault properties, one per key; compare with store-subscript")
     }
 }
 
@@ -130,25 +129,6 @@ private final class TrackedSubject: Observable, Sendable {
     private static let path: KeyPath<TrackedSubject, Int> & Sendable = \.count
 
     func access() { registrar.access(self, keyPath: Self.path) }
-}
-
-/// `store[key]` plus the Observation framework's part of a tracked read (`access` on a subject
-/// per key), in the wrappers' order: the floor of any `@PersistentDefault` that supports
-/// Observation, to set against `property-wrapper`.
-private func scatteredStoreAndAccess(_ context: RunContext) throws -> Measurement {
-    try context.withTemporaryDirectory("scattered-access") { path in
-        let (store, keys) = try makeStore(path)
-        let subjects = keys.map { _ in TrackedSubject() }
-        var sum = 0
-        let samples = measure(.fast(quick: context.quick)) { index in
-            subjects[index % keyCount].access()
-            sum &+= store[keys[index % keyCount]]
-        }
-        blackHole(sum)
-        return Measurement(
-            "get/int/1000-keys-scattered/store-subscript-and-registrar-access", samples: samples,
-            note: "store[key] and ObservationRegistrar.access on one of 1,000 Observable objects")
-    }
 }
 
 /// Runs `read` (passed a running index) on `threads` threads for the case's duration; returns

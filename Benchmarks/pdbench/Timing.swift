@@ -109,25 +109,30 @@ func format(_ value: Double, decimals: Int) -> String {
 
 /// Like `measure`, but alternates samples of `first` and `second`, so that drift in the
 /// machine (other builds, disk flushes) hits both alike; returns both sample sets.
-func measureInterleaved(_ plan: Plan, _ first: (Int) throws -> Void, _ second: (Int) throws -> Void) rethrows
+func measureInterleaved(_ plan: Plan, _ first: (Int) throws -> Void, _ second: (Int) throws -> Void) throws
     -> (first: [Double], second: [Double])
 {
+    let samples = try withoutActuallyEscaping(first) { first in
+        try withoutActuallyEscaping(second) { second in try measureAlternating(plan, [first, second]) }
+    }
+    return (samples[0], samples[1])
+}
+
+/// Like `measure`, for several bodies: each sample of each body in turn, so that drift hits all
+/// alike; returns the sample sets in the order of `bodies`.
+func measureAlternating(_ plan: Plan, _ bodies: [(Int) throws -> Void]) throws -> [[Double]] {
     for index in 0..<plan.warmup {
-        try first(index)
-        try second(index)
+        for body in bodies { try body(index) }
     }
     var counter = plan.warmup
-    var firstSamples: [Double] = []
-    var secondSamples: [Double] = []
+    var samples = [[Double]](repeating: [], count: bodies.count)
     for _ in 0..<plan.samples {
-        let start = monotonicNanoseconds()
-        for offset in 0..<plan.batch { try first(counter + offset) }
-        let middle = monotonicNanoseconds()
-        for offset in 0..<plan.batch { try second(counter + offset) }
-        let end = monotonicNanoseconds()
-        firstSamples.append(Double(middle - start) / Double(plan.batch))
-        secondSamples.append(Double(end - middle) / Double(plan.batch))
+        for (position, body) in bodies.enumerated() {
+            let start = monotonicNanoseconds()
+            for offset in 0..<plan.batch { try body(counter + offset) }
+            samples[position].append(Double(monotonicNanoseconds() - start) / Double(plan.batch))
+        }
         counter += plan.batch
     }
-    return (firstSamples, secondSamples)
+    return samples
 }
