@@ -226,11 +226,8 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
     /// (appending byte by byte checked the capacity nine times: about half of a typed `set`'s
     /// encoding, callgrind).
     private static func encoded(_ tag: Tag, _ payload: UInt64) -> [UInt8] {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(9)
-        bytes.append(tag.rawValue)
-        withUnsafeBytes(of: payload.bigEndian) { bytes.append(contentsOf: $0) }
-        return bytes
+        func byte(_ shift: UInt64) -> UInt8 { UInt8(truncatingIfNeeded: payload >> shift) }
+        return [tag.rawValue, byte(56), byte(48), byte(40), byte(32), byte(24), byte(16), byte(8), byte(0)]
     }
 
     /// The value as a JSON text: JSON values as they are, others as the closest JSON value
