@@ -119,6 +119,9 @@ private struct Abort: Error {}
                     #expect(try change.storedValue() == expected)
                 }
             }
+            // The writes went through map growth (a put that found the map full was retried).
+            #expect(try store.statistics().mapSize > options.initialMapSize)
+            #expect(try store.verify().isEmpty)
         }
     }
 
