@@ -109,6 +109,16 @@ func computeRatios(_ rows: [Measurement]) -> [Ratio] {
         "transaction of 1,000 keys without fsync: store bounded / raw LMDB MDB_NOSYNC", target: "none",
         p50("transaction/1000-keys-nosync/store-bounded"), p50("transaction/1000-keys-nosync/raw-lmdb"),
         describe: "(p50)", met: nil)
+    for (mode, store) in [("", "store-write"), ("-nosync", "store-bounded")] {
+        let prefix = "transaction/1000-keys\(mode)/"
+        let label = mode.isEmpty ? "" : " without fsync"
+        ratio(
+            "transaction of 1,000 keys\(label): LMDB's own part of the store's work / raw LMDB, the floor",
+            target: "none", p50(prefix + "raw-lmdb-logged"), p50(prefix + "raw-lmdb"), describe: "(p50)", met: nil)
+        ratio(
+            "transaction of 1,000 keys\(label): store / LMDB's own part of its work (the Swift side)",
+            target: "none", p50(prefix + store), p50(prefix + "raw-lmdb-logged"), describe: "(p50)", met: nil)
+    }
     ratio(
         "typed get, 1,000 keys scattered: store[key] / raw mdb_get", target: "≤ 1.05×",
         p50("get/int/1000-keys-scattered/store-subscript"), p50("get/int/1000-keys-scattered/raw-lmdb"),

@@ -31,16 +31,22 @@ func lmdbLibraryVersion() -> String { String(cString: mdb_version(nil, nil, nil)
 final class RawLMDB {
     let environment: RawEnvironmentHandle
     private(set) var database: MDB_dbi = 0
+    /// The named databases asked for at open, created when missing.
+    private(set) var named: [String: MDB_dbi] = [:]
     /// A read transaction kept reset between gets and renewed for each (`mdb_txn_renew`).
     private var reader: RawTransactionHandle?
 
-    /// Opens an environment in the existing directory `path`; `noSync` sets `MDB_NOSYNC`.
-    init(path: String, noSync: Bool = false, mapSize: Int = 1 << 30) throws {
+    /// Opens an environment in the existing directory `path`; `noSync` sets `MDB_NOSYNC`;
+    /// `namedDatabases` are opened (and created) besides the unnamed one.
+    init(path: String, noSync: Bool = false, mapSize: Int = 1 << 30, namedDatabases: [String] = []) throws {
         var created: RawEnvironmentHandle?
         try checkLMDB(mdb_env_create(&created), "mdb_env_create")
         guard let created else { throw LMDBFailure(code: EINVAL, operation: "mdb_env_create") }
         do {
             try checkLMDB(mdb_env_set_mapsize(created, mapSize), "mdb_env_set_mapsize")
+            if !namedDatabases.isEmpty {
+                try checkLMDB(mdb_env_set_maxdbs(created, MDB_dbi(namedDatabases.count)), "mdb_env_set_maxdbs")
+            }
             var flags = MDB_NOTLS | MDB_NORDAHEAD
             if noSync { flags |= MDB_NOSYNC }
             try checkLMDB(mdb_env_open(created, path, UInt32(bitPattern: flags), 0o600), "mdb_env_open")
@@ -53,6 +59,11 @@ final class RawLMDB {
         do {
             try write { transaction in
                 try checkLMDB(mdb_dbi_open(transaction, nil, 0, &database), "mdb_dbi_open")
+                for name in namedDatabases {
+                    var handle: MDB_dbi = 0
+                    try checkLMDB(mdb_dbi_open(transaction, name, UInt32(MDB_CREATE), &handle), "mdb_dbi_open(\(name))")
+                    named[name] = handle
+                }
             }
         } catch {
             mdb_env_close(created)

@@ -1,3 +1,4 @@
+import CLMDB
 import Foundation
 import PersistentDefaults
 
@@ -5,7 +6,9 @@ import PersistentDefaults
 /// `transaction/<n>-keys-nosync/<peer>`: the same without `fsync` (raw `MDB_NOSYNC`, store
 /// `.bounded`), so that the CPU work per key shows instead of the disk's sync time. Raw LMDB and
 /// the store alternate transaction by transaction, so that the disk's and the machine's drift
-/// hits both alike.
+/// hits both alike; with 1,000 keys a third side alternates with them, `raw-lmdb-logged`: LMDB
+/// doing exactly its part of the store's transaction (the floor of the store's figure, as
+/// `Benchmarks/floors/logged-transaction.c` mode 2 measures it in C).
 let transactionCases: [BenchmarkCase] = [
     BenchmarkCase(name: "transaction/10-keys") { try transactions(count: 10, $0) },
     BenchmarkCase(name: "transaction/1000-keys") { try transactions(count: 1_000, $0) },
@@ -26,8 +29,7 @@ private func transactions(count: Int, noSync: Bool = false, _ context: RunContex
             if noSync { options.durability = .bounded(interval: .seconds(1)) }
             let store = try PersistentDefaults(path: storePath, options: options)
             let keys = (0..<count).map { PersistentDefaults.Key<Int>("key-\($0)", default: -1) }
-            let samples = try measureInterleaved(
-                transactionPlan(count: count, quick: context.quick),
+            var bodies: [(Int) throws -> Void] = [
                 { round in
                     try lmdb.write { transaction in
                         for (index, key) in rawKeys.enumerated() {
@@ -42,12 +44,90 @@ private func transactions(count: Int, noSync: Bool = false, _ context: RunContex
                     try store.write { transaction in
                         for (index, key) in keys.enumerated() { transaction[key] = round &* count &+ index }
                     }
-                })
-            let prefix = "transaction/\(count)-keys\(noSync ? "-nosync" : "")/"
-            return [
-                Measurement(prefix + "raw-lmdb", samples: samples.first),
-                Measurement(prefix + (noSync ? "store-bounded" : "store-write"), samples: samples.second),
+                },
             ]
+            let prefix = "transaction/\(count)-keys\(noSync ? "-nosync" : "")/"
+            var names = [prefix + "raw-lmdb", prefix + (noSync ? "store-bounded" : "store-write")]
+            let floorPath = storePath + "-logged-floor"
+            let floor = count >= 1_000 ? try LoggedFloor(path: floorPath, noSync: noSync, names: rawKeys) : nil
+            defer { try? FileManager.default.removeItem(atPath: floorPath) }
+            if let floor {
+                bodies.append { round in try floor.transaction(round: round) }
+                names.append(prefix + "raw-lmdb-logged")
+            }
+            let samples = try measureAlternating(transactionPlan(count: count, quick: context.quick), bodies)
+            return zip(names, samples).map { Measurement($0, samples: $1) }
+        }
+    }
+}
+
+/// LMDB doing exactly its part of a store's logged transaction of Int keys, through the C API:
+/// per key one cursor finds the old value (`MDB_SET_KEY`) and the 9-byte tagged value replaces it
+/// where the cursor stands (`MDB_CURRENT`), in a named database; then one log record of every
+/// name and value is appended (`MDB_APPEND`) in a second named database and the record 200
+/// sequences back is deleted. The store's figure over this one is what its Swift side costs.
+private final class LoggedFloor {
+    private let lmdb: RawLMDB
+    private let names: [[UInt8]]
+    private let values: MDB_dbi
+    private let log: MDB_dbi
+    private var sequence: UInt64 = 0
+    private var record: [UInt8] = []
+
+    init(path: String, noSync: Bool, names: [[UInt8]]) throws {
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        lmdb = try RawLMDB(path: path, noSync: noSync, namedDatabases: ["values", "log"])
+        self.names = names
+        values = lmdb.named["values"] ?? 0
+        log = lmdb.named["log"] ?? 0
+    }
+
+    func transaction(round: Int) throws {
+        try lmdb.write { transaction in
+            var opened: OpaquePointer?
+            try checkLMDB(mdb_cursor_open(transaction, values, &opened), "mdb_cursor_open")
+            guard let cursor = opened else { throw LMDBFailure(code: EINVAL, operation: "mdb_cursor_open") }
+            defer { mdb_cursor_close(cursor) }
+            record.removeAll(keepingCapacity: true)
+            for (index, name) in names.enumerated() {
+                let payload = UInt64(bitPattern: Int64(round &* names.count &+ index))
+                var value: (UInt8, UInt64) = (3, payload.bigEndian)
+                try name.withUnsafeBytes { name in
+                    var key = MDB_val(mv_size: name.count, mv_data: UnsafeMutableRawPointer(mutating: name.baseAddress))
+                    var old = MDB_val()
+                    let found = mdb_cursor_get(cursor, &key, &old, MDB_SET_KEY) == 0
+                    try withUnsafeMutableBytes(of: &value) { bytes in
+                        // The tuple's payload starts at offset 8: tag at 7, then 8 bytes.
+                        bytes[7] = 3
+                        var data = MDB_val(mv_size: 9, mv_data: bytes.baseAddress! + 7)
+                        try checkLMDB(
+                            mdb_cursor_put(cursor, &key, &data, found ? UInt32(MDB_CURRENT) : 0), "mdb_cursor_put")
+                        record.append(UInt8(name.count))
+                        record.append(contentsOf: name)
+                        record.append(9)
+                        record.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[7..<16]))
+                    }
+                }
+            }
+            sequence += 1
+            try putLog(transaction, sequence: sequence, reserving: record.count + 24, flags: UInt32(MDB_APPEND))
+            if sequence > 200 { try deleteLog(transaction, sequence: sequence - 200) }
+        }
+    }
+
+    private func putLog(_ transaction: OpaquePointer, sequence: UInt64, reserving count: Int, flags: UInt32) throws {
+        try withUnsafeBytes(of: sequence.bigEndian) { key in
+            var keyValue = MDB_val(mv_size: 8, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
+            var data = MDB_val(mv_size: count, mv_data: nil)
+            try checkLMDB(mdb_put(transaction, log, &keyValue, &data, flags | UInt32(MDB_RESERVE)), "mdb_put(log)")
+            record.withUnsafeBytes { data.mv_data?.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+        }
+    }
+
+    private func deleteLog(_ transaction: OpaquePointer, sequence: UInt64) throws {
+        try withUnsafeBytes(of: sequence.bigEndian) { key in
+            var keyValue = MDB_val(mv_size: 8, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
+            try checkLMDB(mdb_del(transaction, log, &keyValue, nil), "mdb_del(log)")
         }
     }
 }
