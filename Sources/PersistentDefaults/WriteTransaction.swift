@@ -159,7 +159,8 @@ public final class WriteTransaction: StoreView {
             var held = Held.absent
             if let stored {
                 let start = read.count
-                read.append(contentsOf: stored.assumingMemoryBound(to: UInt8.self))
+                // As typed bytes: appending the raw buffer itself goes byte by byte.
+                stored.withMemoryRebound(to: UInt8.self) { read.append(contentsOf: $0) }
                 held = .read(start..<read.count)
             }
             let key = TouchedKey(nameBytes: nameBytes, name: name, old: held, new: held)
