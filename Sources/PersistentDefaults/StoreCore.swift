@@ -173,10 +173,10 @@ final class StoreCore: Sendable {
     ///
     /// `cachedLastSequence` is the newest sequence as this process's previous commit left it,
     /// when that commit is the store's last one (see `CommitCache`); else the log is read.
-    /// `mask`: the wake-up bits of the changed names (`WakeChannel.bit`), when the caller has
-    /// them; else they are computed from `changes`.
+    /// `mask`: the wake-up bits of the changed names (`WakeChannel.bit`), which the caller hashes
+    /// from the names' bytes it holds.
     func appendLog(
-        _ changes: [CommitRecord.Change], mask: UInt64? = nil, cachedLastSequence: UInt64? = nil,
+        _ changes: [CommitRecord.Change], mask: UInt64, cachedLastSequence: UInt64? = nil,
         in transaction: Transaction
     ) throws -> CommitRecord {
         let last = try cachedLastSequence ?? lastSequence(in: transaction)
@@ -186,7 +186,6 @@ final class StoreCore: Sendable {
         }
         let record = CommitRecord(
             sequence: last + 1, timestamp: Date(), processID: CurrentProcess.id, changes: changes)
-        let mask = mask ?? changes.reduce(0) { $0 | WakeChannel.bit(forKeyNamed: $1.key.utf8) }
         transaction.noteLogged(sequence: record.sequence, mask: mask)
         try withUnsafeBytes(of: record.sequence.bigEndian) { key in
             try transaction.put(databases.log, key, reserving: record.encodedCount, appending: true) {

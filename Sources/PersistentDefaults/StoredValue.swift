@@ -186,40 +186,26 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
     /// StoredValue.int(300).encodedValue   // [0x02, 0, 0, 0, 0, 0, 0, 0x01, 0x2C]
     /// ```
     public var encodedValue: [UInt8] {
+        // One allocation of the final size: the tag, then the payload.
+        func tagged(_ payload: some Collection<UInt8>) -> [UInt8] {
+            var out: [UInt8] = []
+            out.reserveCapacity(1 + payload.count)
+            out.append(tag.rawValue)
+            out.append(contentsOf: payload)
+            return out
+        }
         switch self {
+        case .null: return [tag.rawValue]
+        case .bool(let value): return [tag.rawValue, value ? 1 : 0]
         case .int(let value): return Self.encoded(tag, UInt64(bitPattern: value))
         case .uint(let value): return Self.encoded(tag, value)
         case .double(let value): return Self.encoded(tag, value.bitPattern)
         case .date(let value): return Self.encoded(tag, value.timeIntervalSinceReferenceDate.bitPattern)
-        default: break
+        case .string(let value), .json(let value): return tagged(value.utf8)
+        case .data(let value): return tagged(value)
+        case .url(let value): return tagged(value.absoluteString.utf8)
+        case .uuid(let value): return withUnsafeBytes(of: value.uuid) { tagged($0) }
         }
-        var out: [UInt8] = []
-        // One allocation of the final size for the fixed-width payloads and the common texts.
-        switch self {
-        case .string(let value), .json(let value): out.reserveCapacity(1 + value.utf8.count)
-        case .data(let value): out.reserveCapacity(1 + value.count)
-        default: out.reserveCapacity(17)
-        }
-        out.append(tag.rawValue)
-        func append(_ value: UInt64) {
-            for shift in stride(from: 56, through: 0, by: -8) {
-                out.append(UInt8(truncatingIfNeeded: value >> UInt64(shift)))
-            }
-        }
-        switch self {
-        case .null: break
-        case .bool(let value): out.append(value ? 1 : 0)
-        case .int(let value): append(UInt64(bitPattern: value))
-        case .uint(let value): append(value)
-        case .double(let value): append(value.bitPattern)
-        case .string(let value): out.append(contentsOf: value.utf8)
-        case .data(let value): out.append(contentsOf: value)
-        case .date(let value): append(value.timeIntervalSinceReferenceDate.bitPattern)
-        case .url(let value): out.append(contentsOf: value.absoluteString.utf8)
-        case .uuid(let value): withUnsafeBytes(of: value.uuid) { out.append(contentsOf: $0) }
-        case .json(let value): out.append(contentsOf: value.utf8)
-        }
-        return out
     }
 
     /// The 9 bytes of a fixed-width value: `tag`, then `payload` big-endian, written at once

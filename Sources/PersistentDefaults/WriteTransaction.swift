@@ -132,21 +132,14 @@ public final class WriteTransaction: StoreView {
 
         /// The change of the key at `position`; nil when its value is what it was before.
         func change(at position: Int) -> CommitRecord.Change? {
-            let old = old(at: position)
             // A key never written holds what it held before; a written one holds its own array.
-            switch new(at: position) {
-            case .read:
-                return nil
-            case .absent:
-                return isAbsent(old) ? nil : CommitRecord.Change(key: name(at: position), encodedValue: nil)
-            case .written(let new):
-                return holds(old, new) ? nil : CommitRecord.Change(key: name(at: position), encodedValue: new)
+            let new: [UInt8]?
+            switch self.new(at: position) {
+            case .read: return nil
+            case .absent: new = nil
+            case .written(let bytes): new = bytes
             }
-        }
-
-        private func isAbsent(_ held: Held) -> Bool {
-            if case .absent = held { return true }
-            return false
+            return holds(old(at: position), new) ? nil : CommitRecord.Change(key: name(at: position), encodedValue: new)
         }
 
         mutating func setNew(_ bytes: [UInt8]?, at position: Int) {
