@@ -15,19 +15,16 @@ import Synchronization
 ///   sample, so that the machine's drift (±30 % over a run here) hits all alike.
 /// - `get/int/{1,2,4}-threads/{raw-lmdb,store}`: n threads each reading the 1,000 keys in
 ///   scattered order for a fixed time; ops/s is the total reads per second (raw: one kept read
-///   transaction per thread).
+///   transaction per thread). One case (`get/int/threads`): the six take turns in short windows,
+///   round after round, so that the machine's drift hits n threads and one thread alike; each
+///   row's ops/s is the median of its windows.
 /// - `file/idle-readers/{0,32}-readers`: `data.mdb` after 20,000 bounded sets of 64-byte values
 ///   over 100 keys, while n threads read one key each every 20 ms (and are idle in between).
 let serviceReadCases: [BenchmarkCase] =
     [
         BenchmarkCase(name: "get/int/1000-keys-scattered") { try scattered($0) }
     ]
-    + [1, 2, 4].flatMap { threads in
-        [
-            BenchmarkCase(name: "get/int/\(threads)-threads/raw-lmdb") { [try threadedRaw(threads: threads, $0)] },
-            BenchmarkCase(name: "get/int/\(threads)-threads/store") { [try threadedStore(threads: threads, $0)] },
-        ]
-    }
+    + [BenchmarkCase(name: "get/int/threads") { try threadedReads($0) }]
     + [0, 32].map { readers in
         BenchmarkCase(name: "file/idle-readers/\(readers)-readers") { [try fileAfterWrites(readers: readers, $0)] }
     }
@@ -131,12 +128,11 @@ private final class TrackedSubject: Observable, Sendable {
     func access() { registrar.access(self, keyPath: Self.path) }
 }
 
-/// Runs `read` (passed a running index) on `threads` threads for the case's duration; returns
-/// per-batch nanoseconds per read of every thread and the total reads per second.
+/// Runs `read` (passed a running index) on `threads` threads for `duration` nanoseconds;
+/// returns per-batch nanoseconds per read of every thread and the total reads per second.
 private func runThreads(
-    _ threads: Int, _ context: RunContext, _ makeReader: @escaping @Sendable () throws -> (Int) throws -> Int
+    _ threads: Int, duration: UInt64, _ makeReader: @escaping @Sendable () throws -> (Int) throws -> Int
 ) throws -> (samples: [Double], perSecond: Double) {
-    let duration: UInt64 = context.quick ? 200_000_000 : 2_000_000_000
     let batch = 100
     let samples = Mutex<[Double]>([])
     let reads = Atomic<Int>(0)
@@ -187,16 +183,56 @@ private func runThreads(
     return (samples.withLock { $0 }, Double(reads.load(ordering: .relaxed)) / elapsed * 1e9)
 }
 
-private func threadedStore(threads: Int, _ context: RunContext) throws -> Measurement {
-    try context.withTemporaryDirectory("threads-store") { path in
-        let (store, keys) = try makeStore(path)
-        let (samples, perSecond) = try runThreads(threads, context) {
-            { index in store[keys[index % keyCount]] }
+/// The thread counts of `get/int/threads`, and how its windows take turns.
+private let threadCounts = [1, 2, 4]
+
+/// `get/int/{1,2,4}-threads/{raw-lmdb,store}`, measured in turns: each round runs every
+/// configuration for one short window, in alternating order (forwards, then backwards), so that
+/// a configuration is never measured only while the machine is slow. Rows: every window's
+/// per-batch samples, and the median of the windows' reads per second.
+private func threadedReads(_ context: RunContext) throws -> [Measurement] {
+    try context.withTemporaryDirectory("threads-store") { storePath in
+        try context.withTemporaryDirectory("threads-raw") { rawPath in
+            let (store, keys) = try makeStore(storePath)
+            let (lmdb, rawKeys) = try makeRaw(rawPath)
+            // RawLMDB is used only to create per-thread transactions, which LMDB allows from any thread.
+            nonisolated(unsafe) let shared = lmdb
+            let storeReader: @Sendable () throws -> (Int) throws -> Int = {
+                { index in store[keys[index % keyCount]] }
+            }
+            let rawReader: @Sendable () throws -> (Int) throws -> Int = {
+                let reader = try RawThreadReader(shared)
+                return { index in try rawKeys[index % keyCount].withUnsafeBytes { try reader.get($0) } }
+            }
+            let configurations = threadCounts.flatMap { threads in
+                [("raw-lmdb", threads, rawReader), ("store", threads, storeReader)]
+            }
+            let rounds = context.quick ? 3 : 8
+            let window: UInt64 = context.quick ? 60_000_000 : 250_000_000
+            var samples = Array(repeating: [Double](), count: configurations.count)
+            var rates = Array(repeating: [Double](), count: configurations.count)
+            for round in 0..<rounds {
+                let order =
+                    round.isMultiple(of: 2)
+                    ? Array(configurations.indices) : Array(configurations.indices.reversed())
+                for index in order {
+                    let (_, threads, reader) = configurations[index]
+                    let (own, perSecond) = try runThreads(threads, duration: window, reader)
+                    samples[index] += own
+                    rates[index].append(perSecond)
+                }
+            }
+            return configurations.indices.map { index in
+                let (peer, threads, _) = configurations[index]
+                var measurement = Measurement("get/int/\(threads)-threads/\(peer)", samples: samples[index])
+                measurement.operationsPerSecond = rates[index].sorted()[rates[index].count / 2]
+                measurement.note =
+                    (peer == "store" ? "store[key]" : "mdb_get")
+                    + " of 1,000 keys in scattered order; ops/s = median over \(rounds) windows of the total reads/s"
+                    + " of all threads"
+                return measurement
+            }
         }
-        var measurement = Measurement("get/int/\(threads)-threads/store", samples: samples)
-        measurement.operationsPerSecond = perSecond
-        measurement.note = "store[key] of 1,000 keys in scattered order; ops/s = total reads/s of all threads"
-        return measurement
     }
 }
 
@@ -225,22 +261,6 @@ private final class RawThreadReader {
         if code == MDB_NOTFOUND { return 0 }
         try checkLMDB(code, "mdb_get")
         return decodeRaw(UnsafeRawBufferPointer(start: data.mv_data, count: data.mv_size))
-    }
-}
-
-private func threadedRaw(threads: Int, _ context: RunContext) throws -> Measurement {
-    try context.withTemporaryDirectory("threads-raw") { path in
-        let (lmdb, keys) = try makeRaw(path)
-        // RawLMDB is used only to create per-thread transactions, which LMDB allows from any thread.
-        nonisolated(unsafe) let shared = lmdb
-        let (samples, perSecond) = try runThreads(threads, context) {
-            let reader = try RawThreadReader(shared)
-            return { index in try keys[index % keyCount].withUnsafeBytes { try reader.get($0) } }
-        }
-        var measurement = Measurement("get/int/\(threads)-threads/raw-lmdb", samples: samples)
-        measurement.operationsPerSecond = perSecond
-        measurement.note = "mdb_get of 1,000 keys in scattered order; ops/s = total reads/s of all threads"
-        return measurement
     }
 }
 
