@@ -12,4 +12,15 @@ enum FNV1a {
         for byte in bytes { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
         return hash
     }
+
+    /// The seed of ``seededHash(_:)``: random per process.
+    private static let seed = UInt64.random(in: 1...UInt64.max)
+
+    /// FNV-1a of the bytes from the process's random seed, its high half folded into the low
+    /// one: for hash tables whose keys come from outside (a write transaction's name index), so
+    /// that names chosen to collide cannot be prepared in advance.
+    static func seededHash(_ bytes: some Sequence<UInt8>) -> UInt64 {
+        let hash = hash(bytes, from: seed)
+        return hash ^ (hash >> 29)
+    }
 }

@@ -23,6 +23,11 @@ extension PersistentDefaults {
         let nameBuffer: UnsafeRawBufferPointer
         /// Why the name cannot be stored, if it cannot.
         let nameError: PersistentDefaultsError?
+        /// FNV-1a of the name's bytes, from which the wake-up channel takes the key's bit
+        /// (``WakeChannel/nameHash(_:)``); hashed once here, not on every commit of the key.
+        let nameHash: UInt64
+        /// The name's hash in a write transaction's name index (seeded per process).
+        let indexHash: UInt64
 
         init(name: String) {
             self.name = name
@@ -31,6 +36,8 @@ extension PersistentDefaults {
             buffer.copyBytes(from: nameBytes)
             nameBuffer = UnsafeRawBufferPointer(rebasing: buffer[..<nameBytes.count])
             nameError = Self.validate(name: name, bytes: nameBytes.count)
+            nameHash = WakeChannel.nameHash(nameBytes)
+            indexHash = FNV1a.seededHash(nameBytes)
         }
 
         deinit {

@@ -49,8 +49,8 @@ public final class WriteTransaction: StoreView {
     private let cachedLastSequence: UInt64?
 
     private struct TouchedKey {
-        let nameBytes: [UInt8]
-        let name: String
+        /// The key as first touched: its name, the name's bytes and their hashes.
+        let key: PersistentDefaults.Keys
         /// The value before the transaction.
         let old: Held
         /// The value now.
@@ -78,9 +78,7 @@ public final class WriteTransaction: StoreView {
 
         // Field by field, not the whole entry: copying an entry out retains its references.
 
-        func nameBytes(at position: Int) -> [UInt8] { position == 0 ? first!.nameBytes : rest[position - 1].nameBytes }
-
-        func name(at position: Int) -> String { position == 0 ? first!.name : rest[position - 1].name }
+        func key(at position: Int) -> PersistentDefaults.Keys { position == 0 ? first!.key : rest[position - 1].key }
 
         func old(at position: Int) -> Held { position == 0 ? first!.old : rest[position - 1].old }
 
@@ -121,6 +119,14 @@ public final class WriteTransaction: StoreView {
             }
         }
 
+        /// Whether the key at `position` held before the transaction, or holds now, a value
+        /// whose tag lets equal values have different bytes (see `storedForm`).
+        func mayHoldAnotherForm(at position: Int) -> Bool {
+            func mayDiffer(_ held: Held) -> Bool { WriteTransaction.mayEncodeEqualValuesDifferently(tag(of: held)) }
+            if position == 0 { return mayDiffer(first!.old) || mayDiffer(first!.new) }
+            return mayDiffer(rest[position - 1].old) || mayDiffer(rest[position - 1].new)
+        }
+
         /// Whether `a` and `b` are the same read value or both absent (a key not yet written).
         static func same(_ a: Held, _ b: Held) -> Bool {
             switch (a, b) {
@@ -139,7 +145,7 @@ public final class WriteTransaction: StoreView {
             case .absent: new = nil
             case .written(let bytes): new = bytes
             }
-            return holds(old(at: position), new) ? nil : CommitRecord.Change(key: name(at: position), encodedValue: new)
+            return holds(old(at: position), new) ? nil : CommitRecord.Change(key: key(at: position).name, encodedValue: new)
         }
 
         mutating func setNew(_ bytes: [UInt8]?, at position: Int) {
@@ -148,7 +154,7 @@ public final class WriteTransaction: StoreView {
         }
 
         /// Adds a key not touched before, with the bytes it holds in the store (nil: absent).
-        mutating func append(nameBytes: [UInt8], name: String, stored: UnsafeRawBufferPointer?) {
+        mutating func append(_ key: PersistentDefaults.Keys, stored: UnsafeRawBufferPointer?) {
             var held = Held.absent
             if let stored {
                 let start = read.count
@@ -156,42 +162,38 @@ public final class WriteTransaction: StoreView {
                 stored.withMemoryRebound(to: UInt8.self) { read.append(contentsOf: $0) }
                 held = .read(start..<read.count)
             }
-            let key = TouchedKey(nameBytes: nameBytes, name: name, old: held, new: held)
-            if first == nil { first = key } else { rest.append(key) }
+            let touched = TouchedKey(key: key, old: held, new: held)
+            if first == nil { first = touched } else { rest.append(touched) }
         }
 
-        /// The position of the key whose name is `nameBytes`, by comparing bytes.
-        func position(of nameBytes: [UInt8]) -> Int? {
+        /// The position of the key named as `key`, by comparing bytes.
+        func position(of key: PersistentDefaults.Keys) -> Int? {
             guard let first else { return nil }
-            // `==` on arrays first compares their buffers: the same key object's bytes match at once.
-            if first.nameBytes == nameBytes { return 0 }
-            return rest.firstIndex { $0.nameBytes == nameBytes }.map { $0 + 1 }
+            if Self.sameName(first.key, key) { return 0 }
+            return rest.firstIndex { Self.sameName($0.key, key) }.map { $0 + 1 }
+        }
+
+        /// Whether two keys have the same name bytes; the same key object at once.
+        static func sameName(_ a: PersistentDefaults.Keys, _ b: PersistentDefaults.Keys) -> Bool {
+            a === b || (a.indexHash == b.indexHash && a.nameBytes == b.nameBytes)
         }
     }
 
     private static let linearSearchLimit = 8
 
     /// The positions of touched names by a hash of their bytes: open addressing with linear
-    /// probing in a table at most half full. Each name is hashed once, with a few instructions a
-    /// byte; a `Dictionary` keyed by the bytes ran SipHash on every lookup and again on each of
-    /// its resizes (callgrind, a 1,000-key transaction: ~800 instructions a key, now ~100).
-    /// The hash starts from a random seed per process, so that names chosen to collide (an
-    /// imported file) cannot be prepared in advance.
+    /// probing in a table at most half full. The hash is the key's `indexHash`, made once with
+    /// the key (`FNV1a.seededHash`: a random seed per process, so that names chosen to collide,
+    /// say in an imported file, cannot be prepared in advance); a `Dictionary` keyed by the bytes
+    /// ran SipHash on every lookup and again on each of its resizes (callgrind, a 1,000-key
+    /// transaction: ~800 instructions a key).
     private struct NameIndex {
         /// Position + 1 per slot, 0 when empty; the count is a power of two.
         private var slots: [Int32] = []
         /// The hash of the name at each position.
         private var hashes: [UInt64] = []
 
-        private static let seed = UInt64.random(in: 1...UInt64.max)
-
         var isEmpty: Bool { hashes.isEmpty }
-
-        /// FNV-1a of the bytes from the process's seed, its high half folded into the low one.
-        static func hash(_ bytes: [UInt8]) -> UInt64 {
-            let hash = FNV1a.hash(bytes, from: seed)
-            return hash ^ (hash >> 29)
-        }
 
         /// The position of a name whose hash is `hash` and whose bytes `matches` accepts.
         func position(hash: UInt64, where matches: (Int) -> Bool) -> Int? {
@@ -258,7 +260,7 @@ public final class WriteTransaction: StoreView {
             guard let change = touched.change(at: position) else { continue }
             changes.append(change)
             // From the name's bytes, which the transaction holds, not through `String.utf8`.
-            mask |= WakeChannel.bit(forKeyNamed: touched.nameBytes(at: position))
+            mask |= WakeChannel.bit(ofNameHash: touched.key(at: position).nameHash)
         }
         guard !changes.isEmpty || logsWithoutValueChanges else { return nil }
         return try core.appendLog(changes, mask: mask, cachedLastSequence: cachedLastSequence, in: transaction)
@@ -293,9 +295,14 @@ public final class WriteTransaction: StoreView {
         if key.shouldOverwrite != nil, try !overwrites(key, with: value, in: transaction) { return }
         // Found once for both steps: a transaction of many keys hashes each name once.
         let position = key.isEqual == nil ? nil : try touchedPosition(of: key, in: transaction)
-        try replace(
-            key, with: storedForm(of: value, encoded: encoded, for: key, at: position), in: transaction,
-            at: position)
+        var bytes = encoded
+        // Only JSON and the old date form can encode an equal value differently: when neither
+        // `encoded` nor a value the key held has such a tag, `storedForm` returns `encoded`.
+        // Checked here, outside the generic function, which costs ~150 instructions a call.
+        if let position, Self.mayEncodeEqualValuesDifferently(encoded.first) || touched.mayHoldAnotherForm(at: position) {
+            bytes = storedForm(of: value, encoded: encoded, for: key, at: position)
+        }
+        try replace(key, with: bytes, in: transaction, at: position)
     }
 
     /// The bytes to store for `value`: those the key holds now, or held before the transaction,
@@ -310,6 +317,8 @@ public final class WriteTransaction: StoreView {
         of value: Value, encoded: [UInt8], for key: PersistentDefaults.Key<Value>, at position: Int?
     ) -> [UInt8] {
         guard let isEqual = key.isEqual, let position else { return encoded }
+        let new = touched.new(at: position)
+        let old = touched.old(at: position)
         /// The held bytes when they decode to a value equal to `value`; only JSON and the old
         /// date form can encode an equal value differently, every other tag's bytes are
         /// canonical, so for those comparing bytes is enough (and saves a decode and a copy).
@@ -322,10 +331,8 @@ public final class WriteTransaction: StoreView {
             return bytes
         }
         // Held bytes equal to `encoded` are kept as `encoded`: the same bytes, no copy.
-        let new = touched.new(at: position)
         if touched.holds(new, encoded) { return encoded }
         if let held = equalForm(new) { return held }
-        let old = touched.old(at: position)
         if TouchedKeys.same(old, new) { return encoded }
         if touched.holds(old, encoded) { return encoded }
         return equalForm(old) ?? encoded
@@ -389,23 +396,22 @@ public final class WriteTransaction: StoreView {
     }
 
     /// Whether an encoded value's tag is one whose equal values may have different bytes.
-    private static func mayEncodeEqualValuesDifferently(_ tag: UInt8?) -> Bool {
+    fileprivate static func mayEncodeEqualValuesDifferently(_ tag: UInt8?) -> Bool {
         tag == StoredValue.Tag.json.rawValue || tag == StoredValue.legacyDateTag
     }
 
     /// The key's position in `touched`; a key not yet touched is added with the bytes it holds.
     private func touchedPosition(of key: PersistentDefaults.Keys, in transaction: Transaction) throws -> Int {
-        let nameBytes = key.nameBytes
         let next = touched.count
         var hash: UInt64?
         if next <= Self.linearSearchLimit {
-            if let position = touched.position(of: nameBytes) { return position }
+            if let position = touched.position(of: key) { return position }
         } else {
             if touchedIndex.isEmpty {
-                for position in 0..<next { touchedIndex.append(hash: NameIndex.hash(touched.nameBytes(at: position))) }
+                for position in 0..<next { touchedIndex.append(hash: touched.key(at: position).indexHash) }
             }
-            let nameHash = NameIndex.hash(nameBytes)
-            if let position = touchedIndex.position(hash: nameHash, where: { touched.nameBytes(at: $0) == nameBytes }) {
+            let nameHash = key.indexHash
+            if let position = touchedIndex.position(hash: nameHash, where: { TouchedKeys.sameName(touched.key(at: $0), key) }) {
                 return position
             }
             hash = nameHash
@@ -413,9 +419,9 @@ public final class WriteTransaction: StoreView {
         // Read before adding: a failed read leaves `touched` and the index as they were.
         cursorKey = nil
         let cursor = try valuesCursor(transaction)
-        let found = try nameBytes.withUnsafeBytes { name in
+        let found = try key.nameBytes.withUnsafeBytes { name in
             try cursor.find(name) { stored in
-                touched.append(nameBytes: nameBytes, name: key.name, stored: stored)
+                touched.append(key, stored: stored)
                 return stored != nil
             }
         }
