@@ -145,7 +145,8 @@ public final class WriteTransaction: StoreView {
             case .absent: new = nil
             case .written(let bytes): new = bytes
             }
-            return holds(old(at: position), new) ? nil : CommitRecord.Change(key: key(at: position).name, encodedValue: new)
+            return holds(old(at: position), new)
+                ? nil : CommitRecord.Change(key: key(at: position).name, encodedValue: new)
         }
 
         mutating func setNew(_ bytes: [UInt8]?, at position: Int) {
@@ -299,7 +300,8 @@ public final class WriteTransaction: StoreView {
         // Only JSON and the old date form can encode an equal value differently: when neither
         // `encoded` nor a value the key held has such a tag, `storedForm` returns `encoded`.
         // Checked here, outside the generic function, which costs ~150 instructions a call.
-        if let position, Self.mayEncodeEqualValuesDifferently(encoded.first) || touched.mayHoldAnotherForm(at: position) {
+        if let position, Self.mayEncodeEqualValuesDifferently(encoded.first) || touched.mayHoldAnotherForm(at: position)
+        {
             bytes = storedForm(of: value, encoded: encoded, for: key, at: position)
         }
         try replace(key, with: bytes, in: transaction, at: position)
@@ -411,7 +413,9 @@ public final class WriteTransaction: StoreView {
                 for position in 0..<next { touchedIndex.append(hash: touched.key(at: position).indexHash) }
             }
             let nameHash = key.indexHash
-            if let position = touchedIndex.position(hash: nameHash, where: { TouchedKeys.sameName(touched.key(at: $0), key) }) {
+            if let position = touchedIndex.position(
+                hash: nameHash, where: { TouchedKeys.sameName(touched.key(at: $0), key) })
+            {
                 return position
             }
             hash = nameHash
