@@ -166,20 +166,27 @@ struct RawByteWriter {
     }
 
     mutating func append(contentsOf bytes: some Collection<UInt8>) {
-        let written = bytes.withContiguousStorageIfAvailable { source in
-            precondition(offset + source.count <= buffer.count, "write past the reserved space")
-            UnsafeMutableRawBufferPointer(rebasing: buffer[offset...]).copyMemory(from: UnsafeRawBufferPointer(source))
-            return source.count
-        }
-        if let written {
-            offset += written
-            return
-        }
+        if bytes.withContiguousStorageIfAvailable({ append(UnsafeRawBufferPointer($0)) }) != nil { return }
         for byte in bytes {
             precondition(offset < buffer.count, "write past the reserved space")
             buffer[offset] = byte
             offset += 1
         }
+    }
+
+    /// Appends an array's bytes: one copy, without the generic path's closure.
+    mutating func append(contentsOf bytes: [UInt8]) {
+        bytes.withUnsafeBytes { append($0) }
+    }
+
+    /// Appends the bytes of `source`.
+    @inline(__always)
+    mutating func append(_ source: UnsafeRawBufferPointer) {
+        precondition(source.count <= buffer.count - offset, "write past the reserved space")
+        if let base = source.baseAddress {
+            (buffer.baseAddress! + offset).copyMemory(from: base, byteCount: source.count)
+        }
+        offset += source.count
     }
 }
 
