@@ -176,16 +176,20 @@ final class StoreCore: Sendable {
     /// `mask`: the wake-up bits of the changed names (`WakeChannel.bit`), which the caller hashes
     /// from the names' bytes it holds.
     func appendLog(
-        _ changes: [CommitRecord.Change], mask: UInt64, cachedLastSequence: UInt64? = nil,
-        in transaction: Transaction
+        _ changes: EncodedChanges, mask: UInt64, cachedLastSequence: UInt64? = nil, in transaction: Transaction
     ) throws -> CommitRecord {
         let last = try cachedLastSequence ?? lastSequence(in: transaction)
         guard last < validSequences.upperBound else {
             throw PersistentDefaultsError.corruptLogRecord(
                 sequence: last, reason: "no sequence number follows \(last), the largest the log may hold")
         }
+        // At the log's resolution (whole microseconds), as every reader of the log sees it: the
+        // record this process delivers must equal the one other processes read.
+        let micros = (Date().timeIntervalSince1970 * 1_000_000).rounded()
         let record = CommitRecord(
-            sequence: last + 1, timestamp: Date(), processID: CurrentProcess.id, changes: changes)
+            sequence: last + 1, timestamp: Date(timeIntervalSince1970: micros / 1_000_000),
+            processID: CurrentProcess.id,
+            encoded: changes)
         transaction.noteLogged(sequence: record.sequence, mask: mask)
         try withUnsafeBytes(of: record.sequence.bigEndian) { key in
             try transaction.put(databases.log, key, reserving: record.encodedCount, appending: true) {
@@ -360,11 +364,29 @@ extension StoreCore {
         }
     }
 
+    /// `encode`, appending to `buffer` through the codec's `encodeAppending` (which the caller
+    /// checked is there).
+    func encode<Value>(_ value: Value, for key: PersistentDefaults.Key<Value>, appendingTo buffer: inout ByteBuffer)
+        throws(PersistentDefaultsError)
+    {
+        do {
+            try key.codec.encodeAppending?(value, &buffer)
+        } catch {
+            throw .encodingFailed(key: key.name, type: "\(Value.self)", reason: error.description)
+        }
+    }
+
     /// Throws ``PersistentDefaultsError/valueTooLarge(key:size:limit:)`` when `encoded` is larger
     /// than ``PersistentDefaults/Options/maxValueSize``.
     @inline(__always)
     func checkSize(_ encoded: [UInt8], of name: String) throws(PersistentDefaultsError) {
-        if encoded.count > maxValueSize { throw .valueTooLarge(key: name, size: encoded.count, limit: maxValueSize) }
+        try checkSize(encoded.count, of: name)
+    }
+
+    /// `checkSize` of a value `count` bytes long.
+    @inline(__always)
+    func checkSize(_ count: Int, of name: String) throws(PersistentDefaultsError) {
+        if count > maxValueSize { throw .valueTooLarge(key: name, size: count, limit: maxValueSize) }
     }
 
     /// The stored value of `name`, untyped; nil when absent.

@@ -208,6 +208,30 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// Appends ``encodedValue`` to `buffer`, without an array of its own for the fixed-width
+    /// values, booleans and strings (a write transaction keeps its values in one buffer).
+    func append(to buffer: inout ByteBuffer) {
+        switch self {
+        case .int(let value): Self.append(tag, UInt64(bitPattern: value), to: &buffer)
+        case .uint(let value): Self.append(tag, value, to: &buffer)
+        case .double(let value): Self.append(tag, value.bitPattern, to: &buffer)
+        case .date(let value): Self.append(tag, value.timeIntervalSinceReferenceDate.bitPattern, to: &buffer)
+        case .bool(let value):
+            buffer.append(tag.rawValue)
+            buffer.append(value ? 1 : 0)
+        case .string(let value):
+            buffer.append(tag.rawValue)
+            buffer.append(contentsOf: value.utf8)
+        default: buffer.append(contentsOf: encodedValue)
+        }
+    }
+
+    /// Appends a fixed-width value: `tag`, then `payload` big-endian.
+    private static func append(_ tag: Tag, _ payload: UInt64, to buffer: inout ByteBuffer) {
+        buffer.append(tag.rawValue)
+        buffer.append(bigEndian: payload)
+    }
+
     /// The 9 bytes of a fixed-width value: `tag`, then `payload` big-endian, written at once
     /// (appending byte by byte checked the capacity nine times: about half of a typed `set`'s
     /// encoding, callgrind).

@@ -12,6 +12,9 @@ import Foundation
 struct ValueCodec<Value>: @unchecked Sendable {
     /// Encodes a value to tag and payload.
     let encode: (Value) throws(StoredValueError) -> [UInt8]
+    /// Appends what `encode` returns to a buffer, for the codecs that can do so without an
+    /// array of their own (the primitive types); nil for the others.
+    var encodeAppending: ((Value, inout ByteBuffer) throws(StoredValueError) -> Void)?
     /// Decodes tag and payload; called from the `@inlinable` typed reads.
     @usableFromInline let decode: (UnsafeRawBufferPointer) throws(StoredValueError) -> Value
     /// The tag a non-nil value is stored with: what a declaration records as the key's type.
@@ -166,6 +169,8 @@ extension ValueCodec where Value: PrimitiveStorable {
     static func makeCodec() -> ValueCodec<Value> {
         ValueCodec(
             encode: { (value) throws(StoredValueError) in try value.storedValue().encodedValue },
+            encodeAppending: { (value, buffer) throws(StoredValueError) in try value.storedValue().append(to: &buffer)
+            },
             decode: { (bytes) throws(StoredValueError) in try Value.decode(bytes) },
             storedTag: Value.storedTag, runsUserCode: false)
     }

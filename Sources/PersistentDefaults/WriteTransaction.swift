@@ -26,6 +26,8 @@ public final class WriteTransaction: StoreView {
     /// bytes: names that `String` equality calls equal, such as NFC and NFD forms, are different
     /// keys), the name, and the value's bytes before the transaction and now.
     @exclusivity(unchecked) private var touched = TouchedKeys()
+    /// The bytes of the touched keys' values.
+    @exclusivity(unchecked) private var values = ValueBytes()
     /// The position in `touched` of each name, kept once more than `linearSearchLimit` keys are
     /// touched; a transaction of a few keys finds them by comparing bytes, without hashing.
     @exclusivity(unchecked) private var touchedIndex = NameIndex()
@@ -57,13 +59,85 @@ public final class WriteTransaction: StoreView {
         var new: Held
     }
 
-    /// A value the transaction holds for a key: none, a value read from the store (its bytes'
-    /// range in `TouchedKeys.read`, one buffer for every key, so that reading a key allocates
-    /// nothing of its own), or a value written (its own array, as the encoding made it).
+    /// A value the transaction holds for a key: none, a value read from the store, or a value
+    /// written; each as its bytes' range in `values`, one buffer for every key, so that reading
+    /// or writing a key allocates nothing of its own.
     private enum Held {
         case absent
         case read(Range<Int>)
-        case written([UInt8])
+        case written(Range<Int>)
+
+        /// Where the value's bytes are in `values`; nil when absent.
+        var range: Range<Int>? {
+            switch self {
+            case .absent: nil
+            case .read(let range), .written(let range): range
+            }
+        }
+
+        /// Whether `a` and `b` are the same read value or both absent (a key not yet written).
+        static func same(_ a: Held, _ b: Held) -> Bool {
+            switch (a, b) {
+            case (.absent, .absent): true
+            case (.read(let x), .read(let y)): x == y
+            default: false
+            }
+        }
+    }
+
+    /// The bytes of every value a transaction read or wrote, one after the other (see `Held`),
+    /// in a `ByteBuffer`: appending a few bytes costs a few instructions.
+    private struct ValueBytes: ~Copyable {
+        var buffer = ByteBuffer(capacity: 1024)
+
+        /// The bytes of `held`, copied out; nil when absent.
+        func copy(of held: Held) -> [UInt8]? { held.range.map { Array(buffer.bytes($0)) } }
+
+        /// The bytes of `held`, nil when absent; valid until the next append.
+        func bytes(of held: Held) -> UnsafeRawBufferPointer? { held.range.map { buffer.bytes($0) } }
+
+        /// Whether `held` is `other` (nil: absent).
+        func holds(_ held: Held, _ other: UnsafeRawBufferPointer?) -> Bool {
+            guard let range = held.range else { return other == nil }
+            guard let other, other.count == range.count else { return false }
+            guard !range.isEmpty else { return true }
+            return memcmp(buffer.bytes(range).baseAddress!, other.baseAddress!, range.count) == 0
+        }
+
+        /// Whether `held` is what `other` holds (both absent, or the same bytes).
+        func holds(_ held: Held, _ other: Held) -> Bool { holds(held, bytes(of: other)) }
+
+        /// The first byte (the type tag) of `held`; nil when absent or empty.
+        func tag(of held: Held) -> UInt8? {
+            guard let range = held.range, !range.isEmpty else { return nil }
+            return buffer.byte(at: range.lowerBound)
+        }
+
+        /// Appends `stored`, read from the store.
+        mutating func read(_ stored: UnsafeRawBufferPointer) -> Held {
+            let start = buffer.count
+            buffer.append(stored)
+            return .read(start..<buffer.count)
+        }
+
+        /// Appends `written`, a value to write.
+        mutating func write(_ written: [UInt8]) -> Held {
+            let start = buffer.count
+            written.withUnsafeBytes { buffer.append($0) }
+            return .written(start..<buffer.count)
+        }
+
+        /// Appends the value to write that `body` appends; when `body` throws, nothing is kept.
+        mutating func write(_ body: (inout ByteBuffer) throws -> Void) rethrows -> Held {
+            let start = buffer.count
+            do {
+                try body(&buffer)
+            } catch {
+                buffer.truncate(to: start)
+                throw error
+            }
+            return .written(start..<buffer.count)
+        }
     }
 
     /// The keys a transaction touched; the first is held inline, so that a single-key `set`
@@ -71,8 +145,6 @@ public final class WriteTransaction: StoreView {
     private struct TouchedKeys {
         private var first: TouchedKey?
         private var rest: [TouchedKey] = []
-        /// The bytes of the values read from the store, one after the other.
-        private var read: [UInt8] = []
 
         var count: Int { first == nil ? 0 : 1 + rest.count }
 
@@ -84,85 +156,12 @@ public final class WriteTransaction: StoreView {
 
         func new(at position: Int) -> Held { position == 0 ? first!.new : rest[position - 1].new }
 
-        /// The bytes of `held`, copied out; nil when absent.
-        func bytes(of held: Held) -> [UInt8]? {
-            switch held {
-            case .absent: nil
-            case .read(let range): Array(read[range])
-            case .written(let bytes): bytes
-            }
-        }
-
-        /// Whether `held` is `bytes` (nil: absent).
-        func holds(_ held: Held, _ bytes: [UInt8]?) -> Bool {
-            switch held {
-            case .absent:
-                return bytes == nil
-            case .read(let range):
-                guard let bytes, bytes.count == range.count else { return false }
-                guard !bytes.isEmpty else { return true }
-                return read.withUnsafeBytes { read in
-                    let start = read.baseAddress! + range.lowerBound
-                    return bytes.withUnsafeBytes { memcmp($0.baseAddress!, start, $0.count) == 0 }
-                }
-            case .written(let written):
-                return written == bytes
-            }
-        }
-
-        /// The first byte (the type tag) of `held`; nil when absent or empty.
-        func tag(of held: Held) -> UInt8? {
-            switch held {
-            case .absent: nil
-            case .read(let range): range.isEmpty ? nil : read[range.lowerBound]
-            case .written(let bytes): bytes.first
-            }
-        }
-
-        /// Whether the key at `position` held before the transaction, or holds now, a value
-        /// whose tag lets equal values have different bytes (see `storedForm`).
-        func mayHoldAnotherForm(at position: Int) -> Bool {
-            func mayDiffer(_ held: Held) -> Bool { WriteTransaction.mayEncodeEqualValuesDifferently(tag(of: held)) }
-            if position == 0 { return mayDiffer(first!.old) || mayDiffer(first!.new) }
-            return mayDiffer(rest[position - 1].old) || mayDiffer(rest[position - 1].new)
-        }
-
-        /// Whether `a` and `b` are the same read value or both absent (a key not yet written).
-        static func same(_ a: Held, _ b: Held) -> Bool {
-            switch (a, b) {
-            case (.absent, .absent): true
-            case (.read(let x), .read(let y)): x == y
-            default: false
-            }
-        }
-
-        /// The change of the key at `position`; nil when its value is what it was before.
-        func change(at position: Int) -> CommitRecord.Change? {
-            // A key never written holds what it held before; a written one holds its own array.
-            let new: [UInt8]?
-            switch self.new(at: position) {
-            case .read: return nil
-            case .absent: new = nil
-            case .written(let bytes): new = bytes
-            }
-            return holds(old(at: position), new)
-                ? nil : CommitRecord.Change(key: key(at: position).name, encodedValue: new)
-        }
-
-        mutating func setNew(_ bytes: [UInt8]?, at position: Int) {
-            let held = bytes.map(Held.written) ?? .absent
+        mutating func setNew(_ held: Held, at position: Int) {
             if position == 0 { first!.new = held } else { rest[position - 1].new = held }
         }
 
-        /// Adds a key not touched before, with the bytes it holds in the store (nil: absent).
-        mutating func append(_ key: PersistentDefaults.Keys, stored: UnsafeRawBufferPointer?) {
-            var held = Held.absent
-            if let stored {
-                let start = read.count
-                // As typed bytes: appending the raw buffer itself goes byte by byte.
-                stored.withMemoryRebound(to: UInt8.self) { read.append(contentsOf: $0) }
-                held = .read(start..<read.count)
-            }
+        /// Adds a key not touched before, with what it holds in the store.
+        mutating func append(_ key: PersistentDefaults.Keys, holding held: Held) {
             let touched = TouchedKey(key: key, old: held, new: held)
             if first == nil { first = touched } else { rest.append(touched) }
         }
@@ -178,6 +177,13 @@ public final class WriteTransaction: StoreView {
         static func sameName(_ a: PersistentDefaults.Keys, _ b: PersistentDefaults.Keys) -> Bool {
             a === b || (a.indexHash == b.indexHash && a.nameBytes == b.nameBytes)
         }
+    }
+
+    /// Whether the key at `position` held before the transaction, or holds now, a value whose
+    /// tag lets equal values have different bytes (see `storedForm`).
+    private func mayHoldAnotherForm(at position: Int) -> Bool {
+        Self.mayEncodeEqualValuesDifferently(values.tag(of: touched.old(at: position)))
+            || Self.mayEncodeEqualValuesDifferently(values.tag(of: touched.new(at: position)))
     }
 
     private static let linearSearchLimit = 8
@@ -254,17 +260,38 @@ public final class WriteTransaction: StoreView {
     /// Logs the changes; nil when nothing changed. Throws the first failed subscript write.
     func finish() throws -> CommitRecord? {
         if let firstError { throw firstError }
-        var changes: [CommitRecord.Change] = []
-        changes.reserveCapacity(touched.count)
-        var mask: UInt64 = 0
+        // The changes go straight into their log form; the record decodes them only for
+        // somebody who asks (an observer, a reader of the record). Sized for every written key,
+        // changed or not.
+        var capacity = 0
         for position in 0..<touched.count {
-            guard let change = touched.change(at: position) else { continue }
-            changes.append(change)
-            // From the name's bytes, which the transaction holds, not through `String.utf8`.
-            mask |= WakeChannel.bit(ofNameHash: touched.key(at: position).nameHash)
+            let new = touched.new(at: position)
+            if case .read = new { continue }
+            capacity += CommitRecord.encodedChangeSize(
+                nameCount: touched.key(at: position).nameBytes.count, valueCount: new.range?.count)
         }
-        guard !changes.isEmpty || logsWithoutValueChanges else { return nil }
-        return try core.appendLog(changes, mask: mask, cachedLastSequence: cachedLastSequence, in: transaction)
+        var count = 0
+        var mask: UInt64 = 0
+        let section = [UInt8](unsafeUninitializedCapacity: capacity) { buffer, initialized in
+            var writer = RawByteWriter(UnsafeMutableRawBufferPointer(buffer))
+            for position in 0..<touched.count {
+                let new = touched.new(at: position)
+                // A key never written holds what it held before.
+                if case .read = new { continue }
+                guard !values.holds(touched.old(at: position), new) else { continue }
+                let key = touched.key(at: position)
+                key.nameBytes.withUnsafeBytes { name in
+                    CommitRecord.appendChange(named: name, value: values.bytes(of: new), to: &writer)
+                }
+                count += 1
+                mask |= WakeChannel.bit(ofNameHash: key.nameHash)
+            }
+            initialized = writer.offset
+        }
+        guard count > 0 || logsWithoutValueChanges else { return nil }
+        return try core.appendLog(
+            EncodedChanges(bytes: section, count: count), mask: mask, cachedLastSequence: cachedLastSequence,
+            in: transaction)
     }
 
     // MARK: Writing
@@ -284,7 +311,27 @@ public final class WriteTransaction: StoreView {
     /// Stores `value` for `key`, applying the key's hooks.
     public func set<Value>(_ value: Value, for key: PersistentDefaults.Key<Value>) throws {
         try key.validate()
+        if key.shouldRemove == nil, !key.removesNil, key.shouldOverwrite == nil, key.codec.encodeAppending != nil {
+            return try setEncodingInPlace(value, for: key)
+        }
         try set(value, encoded: try core.encode(value, for: key), for: key)
+    }
+
+    /// `set` of a key without removal or overwrite hooks whose codec appends: the value is
+    /// encoded straight into the transaction's buffer, without an array of its own.
+    private func setEncodingInPlace<Value>(_ value: Value, for key: PersistentDefaults.Key<Value>) throws {
+        let transaction = try live()
+        let encoded = try values.write { try core.encode(value, for: key, appendingTo: &$0) }
+        let position = key.isEqual == nil ? nil : try touchedPosition(of: key, in: transaction)
+        // As in `set(_:encoded:for:)`; rare: only JSON and the old date form take this branch.
+        if let position,
+            Self.mayEncodeEqualValuesDifferently(values.tag(of: encoded)) || mayHoldAnotherForm(at: position)
+        {
+            let bytes = values.copy(of: encoded) ?? []
+            return try replace(
+                key, with: storedForm(of: value, encoded: bytes, for: key, at: position), in: transaction, at: position)
+        }
+        try replace(key, written: encoded, in: transaction, at: position)
     }
 
     /// Stores `value`, already encoded, applying the key's hooks.
@@ -300,8 +347,7 @@ public final class WriteTransaction: StoreView {
         // Only JSON and the old date form can encode an equal value differently: when neither
         // `encoded` nor a value the key held has such a tag, `storedForm` returns `encoded`.
         // Checked here, outside the generic function, which costs ~150 instructions a call.
-        if let position, Self.mayEncodeEqualValuesDifferently(encoded.first) || touched.mayHoldAnotherForm(at: position)
-        {
+        if let position, Self.mayEncodeEqualValuesDifferently(encoded.first) || mayHoldAnotherForm(at: position) {
             bytes = storedForm(of: value, encoded: encoded, for: key, at: position)
         }
         try replace(key, with: bytes, in: transaction, at: position)
@@ -325,18 +371,18 @@ public final class WriteTransaction: StoreView {
         /// date form can encode an equal value differently, every other tag's bytes are
         /// canonical, so for those comparing bytes is enough (and saves a decode and a copy).
         func equalForm(_ held: Held) -> [UInt8]? {
-            guard let tag = touched.tag(of: held),
+            guard let tag = values.tag(of: held),
                 Self.mayEncodeEqualValuesDifferently(tag) || Self.mayEncodeEqualValuesDifferently(encoded.first),
-                let bytes = touched.bytes(of: held),
+                let bytes = values.copy(of: held),
                 Self.decodes(bytes, toEqualOf: value, with: key.codec, isEqual: isEqual)
             else { return nil }
             return bytes
         }
         // Held bytes equal to `encoded` are kept as `encoded`: the same bytes, no copy.
-        if touched.holds(new, encoded) { return encoded }
+        if encoded.withUnsafeBytes({ values.holds(new, $0) }) { return encoded }
         if let held = equalForm(new) { return held }
-        if TouchedKeys.same(old, new) { return encoded }
-        if touched.holds(old, encoded) { return encoded }
+        if Held.same(old, new) { return encoded }
+        if encoded.withUnsafeBytes({ values.holds(old, $0) }) { return encoded }
         return equalForm(old) ?? encoded
     }
 
@@ -425,7 +471,7 @@ public final class WriteTransaction: StoreView {
         let cursor = try valuesCursor(transaction)
         let found = try key.nameBytes.withUnsafeBytes { name in
             try cursor.find(name) { stored in
-                touched.append(key, stored: stored)
+                touched.append(key, holding: stored.map { values.read($0) } ?? .absent)
                 return stored != nil
             }
         }
@@ -440,22 +486,32 @@ public final class WriteTransaction: StoreView {
     func replace(
         _ key: PersistentDefaults.Keys, with bytes: [UInt8]?, in transaction: Transaction, at position: Int? = nil
     ) throws {
-        if let bytes { try core.checkSize(bytes, of: key.name) }
+        // Before the copy into the buffer, too: a value over the limit is not copied.
+        if let bytes { try core.checkSize(bytes.count, of: key.name) }
+        try replace(key, written: bytes.map { values.write($0) } ?? .absent, in: transaction, at: position)
+    }
+
+    /// `replace` with the new value already in the transaction's buffer (`.absent` removes).
+    private func replace(
+        _ key: PersistentDefaults.Keys, written new: Held, in transaction: Transaction, at position: Int?
+    ) throws {
+        if let range = new.range { try core.checkSize(range.count, of: key.name) }
         try checkNotMirrored(key, in: transaction)
         let position = try position ?? touchedPosition(of: key, in: transaction)
-        guard !touched.holds(touched.new(at: position), bytes) else { return }
+        guard !values.holds(touched.new(at: position), new) else { return }
         let cursor = try valuesCursor(transaction)
         let atKey = cursorKey == position
         cursorKey = nil
         try key.nameBytes.withUnsafeBytes { name in
-            if let bytes {
-                try bytes.withUnsafeBytes { try cursor.put(name, $0, atKey: atKey) }
+            // `values` gets no append while the bytes are in use.
+            if let value = values.bytes(of: new) {
+                try cursor.put(name, value, atKey: atKey)
             } else {
                 try cursor.delete(name, atKey: atKey)
             }
         }
-        touched.setNew(bytes, at: position)
-        if bytes != nil { cursorKey = position }
+        touched.setNew(new, at: position)
+        if new.range != nil { cursorKey = position }
     }
 
     private func recordingFailure(_ body: () throws -> Void) {

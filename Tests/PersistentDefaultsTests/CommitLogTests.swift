@@ -5,6 +5,57 @@ import PersistentDefaults
 import Testing
 
 @Suite struct CommitLogTests {
+    /// A write transaction logs its changes straight in their log form, from one buffer of
+    /// values, and its record decodes them when first asked: what a commit observer of the
+    /// committing process gets must be what the log holds, for every kind of value the buffer
+    /// holds (fixed-width, booleans, strings, JSON, removals, a value set back, values past the
+    /// buffer's first growth, names past the linear search).
+    @Test func theCommittingProcessGetsTheRecordTheLogHolds() throws {
+        try withTemporaryStore { store, _, log throws in
+            let before = PersistentDefaults.Key<Int>("set-back", default: 0)
+            let gone = PersistentDefaults.Key<String>("gone", default: "")
+            try store.write { tx in
+                tx[before] = 1
+                tx[gone] = "here"
+            }
+            let commits = Events<CommitRecord>()
+            let token = store.observeCommits { commits.append($0) }
+            let long = String(repeating: "é", count: 3_000)  // 6,001 bytes: past the buffer's first size.
+            try store.write { tx in
+                for index in 0..<40 { tx[PersistentDefaults.Key<Int>("int-\(index)", default: 0)] = index - 20 }
+                tx[PersistentDefaults.Key<String>("text", default: "")] = long
+                tx[PersistentDefaults.Key<Bool>("flag", default: false)] = true
+                tx[PersistentDefaults.Key<Double>("ratio", default: 0)] = 0.5
+                tx[PersistentDefaults.Key<Date>("when", default: .distantPast)] = Date(
+                    timeIntervalSinceReferenceDate: 12)
+                tx[.frame] = WindowFrame(x: 1, y: 2, title: "Main")
+                try tx.remove(gone)
+                tx[before] = 2
+                tx[before] = 1  // Back to what it was: no change.
+                tx[PersistentDefaults.Key<Int>("int-3", default: 0)] = 33  // Written again, after others.
+            }
+            let delivered = try #require(commits.all.last)
+            let logged = try #require(try store.commits(after: 0).last)
+            #expect(delivered == logged)
+            #expect(delivered.sequence == 2)
+            let changes = Dictionary(uniqueKeysWithValues: delivered.changes.map { ($0.key, $0) })
+            #expect(delivered.changes.count == 40 + 6)
+            #expect(changes["set-back"] == nil)
+            #expect(try changes["int-3"]?.storedValue() == .int(33))
+            #expect(try changes["int-0"]?.storedValue() == .int(-20))
+            #expect(try changes["text"]?.storedValue() == .string(long))
+            #expect(try changes["flag"]?.storedValue() == .bool(true))
+            #expect(try changes["ratio"]?.storedValue() == .double(0.5))
+            #expect(try changes["when"]?.storedValue() == .date(Date(timeIntervalSinceReferenceDate: 12)))
+            #expect(changes["gone"].map { $0.encodedValue == nil } == true)
+            #expect(delivered.changedKeys.prefix(3) == ["int-0", "int-1", "int-2"])
+            #expect(store[.frame] == WindowFrame(x: 1, y: 2, title: "Main"))
+            #expect(try store.verify().isEmpty)
+            #expect(log.all.isEmpty)
+            _ = token
+        }
+    }
+
     /// 300 sets of a 1 MiB value once left a 304 MiB data.mdb (the log was bounded by count
     /// only). With the default 4 MiB byte bound the log keeps the newest records that fit, and
     /// the file stays within the bound, the live value and LMDB's copy-on-write churn.

@@ -140,13 +140,18 @@ final class ObserverRegistry: Sendable {
             guard !isDelivering, !needsComparing, delivered &+ 1 == sequence, target <= sequence,
                 commitObservers.isEmpty
             else { return false }
-            for change in record.changes {
-                let name = change.key.utf8
-                let hash = WakeChannel.nameHash(name)
-                if keyBits & WakeChannel.bit(ofNameHash: hash) != 0, keyNameHashes[hash] != nil { return false }
-                for length in prefixLengths.keys where length <= name.count {
-                    if prefixHashes[WakeChannel.nameHash(name.prefix(length))] != nil { return false }
+            // With no key or prefix observer no name can match: the names are not even read.
+            if keyBits != 0 || !prefixLengths.isEmpty {
+                var observed = false
+                record.forEachChangedName { name in
+                    let hash = WakeChannel.nameHash(name)
+                    if keyBits & WakeChannel.bit(ofNameHash: hash) != 0, keyNameHashes[hash] != nil { observed = true }
+                    for length in prefixLengths.keys where !observed && length <= name.count {
+                        if prefixHashes[WakeChannel.nameHash(name.prefix(length))] != nil { observed = true }
+                    }
+                    return !observed
                 }
+                if observed { return false }
             }
             (delivered, target) = (sequence, sequence)
             dispatched = max(dispatched, sequence)

@@ -1,0 +1,42 @@
+import Foundation
+import Testing
+
+@testable import PersistentDefaults
+
+/// A write transaction encodes values straight into its `ByteBuffer` (`StoredValue.append(to:)`);
+/// the bytes must be exactly those of `encodedValue`, which everything else stores and compares.
+@Suite struct ByteBufferTests {
+    static let values: [StoredValue] = [
+        .null, .bool(true), .bool(false), .int(0), .int(-1), .int(.max), .int(.min), .uint(.max),
+        .double(-0.0), .double(.infinity), .double(1.5), .string(""), .string("café"),
+        .string(String(repeating: "x", count: 700)), .data(Data([0, 1, 255])), .data(Data()),
+        .date(Date(timeIntervalSinceReferenceDate: -3.25)), .url(URL(string: "https://example.com/a?b=c")!),
+        .uuid(UUID(uuidString: "E621E1F8-C36C-495A-93FC-0C247A3E6E5F")!), .json(#"{"a":[1,2]}"#),
+    ]
+
+    @Test func appendingAValueGivesItsEncodedBytes() {
+        // A small buffer, so that appending grows it several times.
+        var buffer = ByteBuffer(capacity: 16)
+        var ranges: [Range<Int>] = []
+        for value in Self.values {
+            let start = buffer.count
+            value.append(to: &buffer)
+            ranges.append(start..<buffer.count)
+        }
+        for (value, range) in zip(Self.values, ranges) {
+            #expect(Array(buffer.bytes(range)) == value.encodedValue, "\(value)")
+        }
+    }
+
+    @Test func truncatingDropsOnlyTheLastBytes() {
+        var buffer = ByteBuffer(capacity: 16)
+        buffer.append(contentsOf: Array(0..<40 as Range<UInt8>))
+        buffer.append(bigEndian: UInt32(0x0102_0304))
+        #expect(Array(buffer.bytes(40..<44)) == [1, 2, 3, 4])
+        buffer.truncate(to: 10)
+        #expect(buffer.count == 10)
+        buffer.append(7)
+        #expect(Array(buffer.bytes(0..<11)) == Array(0..<10 as Range<UInt8>) + [7])
+        #expect(buffer.byte(at: 10) == 7)
+    }
+}
