@@ -1,11 +1,13 @@
 import Foundation
+import PDTestSupport
 import Testing
 
 @testable import PersistentDefaults
 
-/// A write transaction encodes values straight into its `ByteBuffer` (`StoredValue.append(to:)`);
-/// the bytes must be exactly those of `encodedValue`, which everything else stores and compares.
-@Suite struct ByteBufferTests {
+/// A write transaction encodes values straight into its `ByteBuffer` (`StoredValue.append(to:)`)
+/// and logs its changes in their log form, which its record decodes at the first use
+/// (`EncodedChanges`).
+@Suite struct LoggedChangesTests {
     static let values: [StoredValue] = [
         .null, .bool(true), .bool(false), .int(0), .int(-1), .int(.max), .int(.min), .uint(.max),
         .double(-0.0), .double(.infinity), .double(1.5), .string(""), .string("café"),
@@ -14,6 +16,7 @@ import Testing
         .uuid(UUID(uuidString: "E621E1F8-C36C-495A-93FC-0C247A3E6E5F")!), .json(#"{"a":[1,2]}"#),
     ]
 
+    /// The bytes must be exactly those of `encodedValue`, which everything else stores and compares.
     @Test func appendingAValueGivesItsEncodedBytes() {
         // A small buffer, so that appending grows it several times.
         var buffer = ByteBuffer(capacity: 16)
@@ -38,5 +41,30 @@ import Testing
         buffer.append(7)
         #expect(Array(buffer.bytes(0..<11)) == Array(0..<10 as Range<UInt8>) + [7])
         #expect(buffer.byte(at: 10) == 7)
+    }
+
+    /// A record of this process decodes its changes at the first use, under its own lock: many
+    /// threads asking at once (more than cores) all get the same changes, those the log holds.
+    @Test func aRecordsChangesDecodeOnceWhateverThreadsAskFirst() throws {
+        try withTemporaryStore { store, _, log throws in
+            for round in 0..<20 {
+                let (_, committed) = try store.core.commit { tx in
+                    for index in 0..<30 {
+                        tx[PersistentDefaults.Key<Int>("k\(index)", default: 0)] = round * 100 + index
+                    }
+                }
+                let record = try #require(committed)
+                let seen = Guarded<[[CommitRecord.Change]]>([])
+                DispatchQueue.concurrentPerform(iterations: 8) { _ in
+                    let changes = record.changes
+                    seen.withLock { $0.append(changes) }
+                }
+                let all = seen.withLock { $0 }
+                #expect(all.count == 8)
+                #expect(all.allSatisfy { $0.count == 30 && $0 == all[0] })
+                #expect(try store.commits(after: record.sequence - 1).first == record)
+            }
+            #expect(log.all.isEmpty)
+        }
     }
 }
