@@ -28,6 +28,9 @@ public final class WriteTransaction: StoreView {
     @exclusivity(unchecked) private var touched = TouchedKeys()
     /// The bytes of the touched keys' values.
     @exclusivity(unchecked) private var values = ValueBytes()
+    /// At least the bytes of the changes `finish()` logs: each write adds its change's size
+    /// (a key written twice counts twice), so the log's section is sized without another pass.
+    @exclusivity(unchecked) private var loggedBytesBound = 0
     /// The position in `touched` of each name, kept once more than `linearSearchLimit` keys are
     /// touched; a transaction of a few keys finds them by comparing bytes, without hashing.
     @exclusivity(unchecked) private var touchedIndex = NameIndex()
@@ -261,18 +264,10 @@ public final class WriteTransaction: StoreView {
     func finish() throws -> CommitRecord? {
         if let firstError { throw firstError }
         // The changes go straight into their log form; the record decodes them only for
-        // somebody who asks (an observer, a reader of the record). Sized for every written key,
-        // changed or not.
-        var capacity = 0
-        for position in 0..<touched.count {
-            let new = touched.new(at: position)
-            if case .read = new { continue }
-            capacity += CommitRecord.encodedChangeSize(
-                nameCount: touched.key(at: position).nameBytes.count, valueCount: new.range?.count)
-        }
+        // somebody who asks (an observer, a reader of the record).
         var count = 0
         var mask: UInt64 = 0
-        let section = [UInt8](unsafeUninitializedCapacity: capacity) { buffer, initialized in
+        let section = [UInt8](unsafeUninitializedCapacity: loggedBytesBound) { buffer, initialized in
             var writer = RawByteWriter(UnsafeMutableRawBufferPointer(buffer))
             for position in 0..<touched.count {
                 let new = touched.new(at: position)
@@ -511,6 +506,7 @@ public final class WriteTransaction: StoreView {
             }
         }
         touched.setNew(new, at: position)
+        loggedBytesBound += CommitRecord.encodedChangeSize(nameCount: key.nameBytes.count, valueCount: new.range?.count)
         if new.range != nil { cursorKey = position }
     }
 
