@@ -182,10 +182,13 @@ public final class WriteTransaction: StoreView {
         }
     }
 
-    /// Whether the key at `position` held before the transaction, or holds now, a value whose
-    /// tag lets equal values have different bytes (see `storedForm`).
-    private func mayHoldAnotherForm(at position: Int) -> Bool {
-        Self.mayEncodeEqualValuesDifferently(values.tag(of: touched.old(at: position)))
+    /// Whether `storedForm` may keep a held form instead of a value encoded with `tag`: only
+    /// when that tag, or that of a value the key at `position` held before the transaction or
+    /// holds now, is one whose equal values may have different bytes (JSON, the old date form).
+    /// Checked before calling the generic `storedForm`, which costs ~150 instructions a call.
+    private func mayKeepHeldForm(insteadOf tag: UInt8?, at position: Int) -> Bool {
+        Self.mayEncodeEqualValuesDifferently(tag)
+            || Self.mayEncodeEqualValuesDifferently(values.tag(of: touched.old(at: position)))
             || Self.mayEncodeEqualValuesDifferently(values.tag(of: touched.new(at: position)))
     }
 
@@ -318,10 +321,7 @@ public final class WriteTransaction: StoreView {
         let transaction = try live()
         let encoded = try values.write { try core.encode(value, for: key, appendingTo: &$0) }
         let position = key.isEqual == nil ? nil : try touchedPosition(of: key, in: transaction)
-        // As in `set(_:encoded:for:)`; rare: only JSON and the old date form take this branch.
-        if let position,
-            Self.mayEncodeEqualValuesDifferently(values.tag(of: encoded)) || mayHoldAnotherForm(at: position)
-        {
+        if let position, mayKeepHeldForm(insteadOf: values.tag(of: encoded), at: position) {
             let bytes = values.copy(of: encoded) ?? []
             return try replace(
                 key, with: storedForm(of: value, encoded: bytes, for: key, at: position), in: transaction, at: position)
@@ -339,10 +339,7 @@ public final class WriteTransaction: StoreView {
         // Found once for both steps: a transaction of many keys hashes each name once.
         let position = key.isEqual == nil ? nil : try touchedPosition(of: key, in: transaction)
         var bytes = encoded
-        // Only JSON and the old date form can encode an equal value differently: when neither
-        // `encoded` nor a value the key held has such a tag, `storedForm` returns `encoded`.
-        // Checked here, outside the generic function, which costs ~150 instructions a call.
-        if let position, Self.mayEncodeEqualValuesDifferently(encoded.first) || mayHoldAnotherForm(at: position) {
+        if let position, mayKeepHeldForm(insteadOf: encoded.first, at: position) {
             bytes = storedForm(of: value, encoded: encoded, for: key, at: position)
         }
         try replace(key, with: bytes, in: transaction, at: position)
@@ -439,7 +436,7 @@ public final class WriteTransaction: StoreView {
     }
 
     /// Whether an encoded value's tag is one whose equal values may have different bytes.
-    fileprivate static func mayEncodeEqualValuesDifferently(_ tag: UInt8?) -> Bool {
+    private static func mayEncodeEqualValuesDifferently(_ tag: UInt8?) -> Bool {
         tag == StoredValue.Tag.json.rawValue || tag == StoredValue.legacyDateTag
     }
 
