@@ -57,7 +57,8 @@ struct PendingCase: Sendable {
 
 /// Every case, in the order they run and print.
 let allCases: [BenchmarkCase] =
-    getCases + serviceReadCases + setCases + wrapperCases + interleavedCases + transactionCases + concurrencyCases
+    getCases + serviceReadCases + setCases + largeValueCases + wrapperCases + interleavedCases + transactionCases
+    + concurrencyCases
     + observerCases + scaleCases + referenceCases + lockReferenceCases + declareCases + fleetCases
 
 /// Cases whose API does not exist yet; printed as "not yet available".

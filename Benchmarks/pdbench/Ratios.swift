@@ -168,6 +168,10 @@ func computeRatios(_ rows: [Measurement]) -> [Ratio] {
         }
     }
     ratio(
+        "bounded set of a 1 MiB value: store / raw LMDB MDB_NOSYNC", target: "none",
+        p50("set/data-1mib/store-bounded"), p50("set/data-1mib/raw-lmdb-nosync"), describe: "(p50, alternating)",
+        met: nil)
+    ratio(
         "8 concurrent durable writers / 1 writer", target: "≥ 4× commits/s",
         throughput("concurrent/8-writers"), throughput("concurrent/1-writers"), describe: "commits/s", met: { $0 >= 4 })
     ratio(

@@ -178,6 +178,25 @@ final class StoreCore: Sendable {
     func appendLog(
         _ changes: EncodedChanges, mask: UInt64, cachedLastSequence: UInt64? = nil, in transaction: Transaction
     ) throws -> CommitRecord {
+        try appendLog(mask: mask, cachedLastSequence: cachedLastSequence, in: transaction) {
+            CommitRecord(sequence: $0, timestamp: $1, processID: CurrentProcess.id, encoded: changes)
+        }
+    }
+
+    /// `appendLog` of changes held as values.
+    func appendLog(
+        _ changes: [CommitRecord.Change], mask: UInt64, cachedLastSequence: UInt64? = nil, in transaction: Transaction
+    ) throws -> CommitRecord {
+        try appendLog(mask: mask, cachedLastSequence: cachedLastSequence, in: transaction) {
+            CommitRecord(sequence: $0, timestamp: $1, processID: CurrentProcess.id, changes: changes)
+        }
+    }
+
+    /// Appends the record `makeRecord` makes of the next sequence and the commit's time.
+    private func appendLog(
+        mask: UInt64, cachedLastSequence: UInt64?, in transaction: Transaction,
+        _ makeRecord: (_ sequence: UInt64, _ timestamp: Date) -> CommitRecord
+    ) throws -> CommitRecord {
         let last = try cachedLastSequence ?? lastSequence(in: transaction)
         guard last < validSequences.upperBound else {
             throw PersistentDefaultsError.corruptLogRecord(
@@ -186,10 +205,7 @@ final class StoreCore: Sendable {
         // At the log's resolution (whole microseconds), as every reader of the log sees it: the
         // record this process delivers must equal the one other processes read.
         let micros = (Date().timeIntervalSince1970 * 1_000_000).rounded()
-        let record = CommitRecord(
-            sequence: last + 1, timestamp: Date(timeIntervalSince1970: micros / 1_000_000),
-            processID: CurrentProcess.id,
-            encoded: changes)
+        let record = makeRecord(last + 1, Date(timeIntervalSince1970: micros / 1_000_000))
         transaction.noteLogged(sequence: record.sequence, mask: mask)
         try withUnsafeBytes(of: record.sequence.bigEndian) { key in
             try transaction.put(databases.log, key, reserving: record.encodedCount, appending: true) {

@@ -209,7 +209,7 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Appends ``encodedValue`` to `buffer`, without an array of its own for the fixed-width
-    /// values, booleans and strings (a write transaction keeps its values in one buffer).
+    /// values and booleans (a write transaction keeps its small values in one buffer).
     func append(to buffer: inout ByteBuffer) {
         switch self {
         case .int(let value): Self.append(tag, UInt64(bitPattern: value), to: &buffer)
@@ -219,9 +219,6 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
         case .bool(let value):
             buffer.append(tag.rawValue)
             buffer.append(value ? 1 : 0)
-        case .string(let value):
-            buffer.append(tag.rawValue)
-            buffer.append(contentsOf: value.utf8)
         default: buffer.append(contentsOf: encodedValue)
         }
     }

@@ -169,12 +169,17 @@ extension ValueCodec where Value: PrimitiveStorable {
     static func makeCodec() -> ValueCodec<Value> {
         ValueCodec(
             encode: { (value) throws(StoredValueError) in try value.storedValue().encodedValue },
-            encodeAppending: { (value, buffer) throws(StoredValueError) in try value.storedValue().append(to: &buffer)
-            },
+            // Only for the fixed-width tags: a string or data value may be large, and a large
+            // value keeps its own array in a transaction (see `WriteTransaction`).
+            encodeAppending: fixedWidthTags.contains(Value.storedTag)
+                ? { (value, buffer) throws(StoredValueError) in try value.storedValue().append(to: &buffer) } : nil,
             decode: { (bytes) throws(StoredValueError) in try Value.decode(bytes) },
             storedTag: Value.storedTag, runsUserCode: false)
     }
 }
+
+/// The tags of values of at most 9 bytes.
+private let fixedWidthTags: Set<StoredValue.Tag> = [.bool, .int, .uint, .double, .date]
 
 /// The codecs of the fixed-size primitive types, each built where its type is concrete.
 private let primitiveCodecs: [ObjectIdentifier: any Sendable] = {

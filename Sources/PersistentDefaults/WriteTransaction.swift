@@ -64,17 +64,22 @@ public final class WriteTransaction: StoreView {
 
     /// A value the transaction holds for a key: none, a value read from the store, or a value
     /// written; each as its bytes' range in `values`, one buffer for every key, so that reading
-    /// or writing a key allocates nothing of its own.
+    /// or writing a key allocates nothing of its own — except a large value written, which
+    /// keeps the array it was encoded into (copying it would cost more than an allocation),
+    /// as its index in `values.large` (so that `Held` stays a plain value, copied without a
+    /// retain).
     private enum Held {
         case absent
         case read(Range<Int>)
         case written(Range<Int>)
+        case large(index: Int, count: Int)
 
-        /// Where the value's bytes are in `values`; nil when absent.
-        var range: Range<Int>? {
+        /// The value's size in bytes; nil when absent.
+        var count: Int? {
             switch self {
             case .absent: nil
-            case .read(let range), .written(let range): range
+            case .read(let range), .written(let range): range.count
+            case .large(_, let count): count
             }
         }
 
@@ -92,28 +97,57 @@ public final class WriteTransaction: StoreView {
     /// in a `ByteBuffer`: appending a few bytes costs a few instructions.
     private struct ValueBytes: ~Copyable {
         var buffer = ByteBuffer(capacity: 1024)
+        /// The large values written (see `Held.large`).
+        private var large: [[UInt8]] = []
+        /// Whether a `.large` value was written: `finish()` then logs the changes as arrays.
+        var holdsLarge: Bool { !large.isEmpty }
+
+        /// Values written larger than this keep their own array. A 1 MiB value copied into the
+        /// buffer and again into the record made a bounded `set` of it 1.33× slower (pdbench
+        /// `set/data-1mib`: the copies and the page faults of the grown buffer).
+        static let largeValue = 4_096
 
         /// The bytes of `held`, copied out; nil when absent.
-        func copy(of held: Held) -> [UInt8]? { held.range.map { Array(buffer.bytes($0)) } }
+        func copy(of held: Held) -> [UInt8]? {
+            switch held {
+            case .absent: nil
+            case .read(let range), .written(let range): Array(buffer.bytes(range))
+            case .large(let index, _): large[index]
+            }
+        }
 
-        /// The bytes of `held`, nil when absent; valid until the next append.
-        func bytes(of held: Held) -> UnsafeRawBufferPointer? { held.range.map { buffer.bytes($0) } }
+        /// Calls `body` with the bytes of `held`, nil when absent; valid only inside `body`.
+        @inline(__always)
+        func withBytes<R>(of held: Held, _ body: (UnsafeRawBufferPointer?) throws -> R) rethrows -> R {
+            switch held {
+            case .absent: try body(nil)
+            case .read(let range), .written(let range): try body(buffer.bytes(range))
+            case .large(let index, _): try large[index].withUnsafeBytes { try body($0) }
+            }
+        }
 
         /// Whether `held` is `other` (nil: absent).
+        @inline(__always)
         func holds(_ held: Held, _ other: UnsafeRawBufferPointer?) -> Bool {
-            guard let range = held.range else { return other == nil }
-            guard let other, other.count == range.count else { return false }
-            guard !range.isEmpty else { return true }
-            return memcmp(buffer.bytes(range).baseAddress!, other.baseAddress!, range.count) == 0
+            withBytes(of: held) { bytes in
+                guard let bytes, let other else { return bytes == nil && other == nil }
+                guard bytes.count == other.count else { return false }
+                return bytes.isEmpty || memcmp(bytes.baseAddress!, other.baseAddress!, bytes.count) == 0
+            }
         }
 
         /// Whether `held` is what `other` holds (both absent, or the same bytes).
-        func holds(_ held: Held, _ other: Held) -> Bool { holds(held, bytes(of: other)) }
+        @inline(__always)
+        func holds(_ held: Held, _ other: Held) -> Bool { withBytes(of: other) { holds(held, $0) } }
 
         /// The first byte (the type tag) of `held`; nil when absent or empty.
+        @inline(__always)
         func tag(of held: Held) -> UInt8? {
-            guard let range = held.range, !range.isEmpty else { return nil }
-            return buffer.byte(at: range.lowerBound)
+            switch held {
+            case .absent: nil
+            case .read(let range), .written(let range): range.isEmpty ? nil : buffer.byte(at: range.lowerBound)
+            case .large(let index, _): large[index].first
+            }
         }
 
         /// Appends `stored`, read from the store.
@@ -123,8 +157,12 @@ public final class WriteTransaction: StoreView {
             return .read(start..<buffer.count)
         }
 
-        /// Appends `written`, a value to write.
+        /// Appends `written`, a value to write; a large one keeps its array.
         mutating func write(_ written: [UInt8]) -> Held {
+            if written.count > Self.largeValue {
+                large.append(written)
+                return .large(index: large.count - 1, count: written.count)
+            }
             let start = buffer.count
             written.withUnsafeBytes { buffer.append($0) }
             return .written(start..<buffer.count)
@@ -186,6 +224,7 @@ public final class WriteTransaction: StoreView {
     /// when that tag, or that of a value the key at `position` held before the transaction or
     /// holds now, is one whose equal values may have different bytes (JSON, the old date form).
     /// Checked before calling the generic `storedForm`, which costs ~150 instructions a call.
+    @inline(__always)
     private func mayKeepHeldForm(insteadOf tag: UInt8?, at position: Int) -> Bool {
         Self.mayEncodeEqualValuesDifferently(tag)
             || Self.mayEncodeEqualValuesDifferently(values.tag(of: touched.old(at: position)))
@@ -266,6 +305,7 @@ public final class WriteTransaction: StoreView {
     /// Logs the changes; nil when nothing changed. Throws the first failed subscript write.
     func finish() throws -> CommitRecord? {
         if let firstError { throw firstError }
+        if values.holdsLarge { return try finishWithArrays() }
         // The changes go straight into their log form; the record decodes them only for
         // somebody who asks (an observer, a reader of the record).
         var count = 0
@@ -273,13 +313,10 @@ public final class WriteTransaction: StoreView {
         let section = [UInt8](unsafeUninitializedCapacity: loggedBytesBound) { buffer, initialized in
             var writer = RawByteWriter(UnsafeMutableRawBufferPointer(buffer))
             for position in 0..<touched.count {
-                let new = touched.new(at: position)
-                // A key never written holds what it held before.
-                if case .read = new { continue }
-                guard !values.holds(touched.old(at: position), new) else { continue }
+                guard let new = changedValue(at: position) else { continue }
                 let key = touched.key(at: position)
                 key.nameBytes.withUnsafeBytes { name in
-                    CommitRecord.appendChange(named: name, value: values.bytes(of: new), to: &writer)
+                    values.withBytes(of: new) { CommitRecord.appendChange(named: name, value: $0, to: &writer) }
                 }
                 count += 1
                 mask |= WakeChannel.bit(ofNameHash: key.nameHash)
@@ -290,6 +327,29 @@ public final class WriteTransaction: StoreView {
         return try core.appendLog(
             EncodedChanges(bytes: section, count: count), mask: mask, cachedLastSequence: cachedLastSequence,
             in: transaction)
+    }
+
+    /// `finish()` of a transaction that wrote a large value: the changes as values, each
+    /// holding its array (a large one without a copy), not as one section of copies.
+    private func finishWithArrays() throws -> CommitRecord? {
+        var changes: [CommitRecord.Change] = []
+        var mask: UInt64 = 0
+        for position in 0..<touched.count {
+            guard let new = changedValue(at: position) else { continue }
+            let key = touched.key(at: position)
+            changes.append(CommitRecord.Change(key: key.name, encodedValue: values.copy(of: new)))
+            mask |= WakeChannel.bit(ofNameHash: key.nameHash)
+        }
+        guard !changes.isEmpty || logsWithoutValueChanges else { return nil }
+        return try core.appendLog(changes, mask: mask, cachedLastSequence: cachedLastSequence, in: transaction)
+    }
+
+    /// The value the key at `position` holds now, when it differs from what it held before.
+    private func changedValue(at position: Int) -> Held? {
+        let new = touched.new(at: position)
+        // A key never written holds what it held before.
+        if case .read = new { return nil }
+        return values.holds(touched.old(at: position), new) ? nil : new
     }
 
     // MARK: Writing
@@ -487,7 +547,7 @@ public final class WriteTransaction: StoreView {
     private func replace(
         _ key: PersistentDefaults.Keys, written new: Held, in transaction: Transaction, at position: Int?
     ) throws {
-        if let range = new.range { try core.checkSize(range.count, of: key.name) }
+        if let count = new.count { try core.checkSize(count, of: key.name) }
         try checkNotMirrored(key, in: transaction)
         let position = try position ?? touchedPosition(of: key, in: transaction)
         guard !values.holds(touched.new(at: position), new) else { return }
@@ -495,16 +555,17 @@ public final class WriteTransaction: StoreView {
         let atKey = cursorKey == position
         cursorKey = nil
         try key.nameBytes.withUnsafeBytes { name in
-            // `values` gets no append while the bytes are in use.
-            if let value = values.bytes(of: new) {
-                try cursor.put(name, value, atKey: atKey)
-            } else {
-                try cursor.delete(name, atKey: atKey)
+            try values.withBytes(of: new) { value in
+                if let value {
+                    try cursor.put(name, value, atKey: atKey)
+                } else {
+                    try cursor.delete(name, atKey: atKey)
+                }
             }
         }
         touched.setNew(new, at: position)
-        loggedBytesBound += CommitRecord.encodedChangeSize(nameCount: key.nameBytes.count, valueCount: new.range?.count)
-        if new.range != nil { cursorKey = position }
+        loggedBytesBound += CommitRecord.encodedChangeSize(nameCount: key.nameBytes.count, valueCount: new.count)
+        if new.count != nil { cursorKey = position }
     }
 
     private func recordingFailure(_ body: () throws -> Void) {

@@ -6,11 +6,12 @@ import Testing
 
 @Suite struct CommitLogTests {
     /// A write transaction logs its changes straight in their log form, from one buffer of
-    /// values, and its record decodes them when first asked: what a commit observer of the
-    /// committing process gets must be what the log holds, for every kind of value the buffer
-    /// holds (fixed-width, booleans, strings, JSON, removals, a value set back, values past the
-    /// buffer's first growth, names past the linear search).
-    @Test func theCommittingProcessGetsTheRecordTheLogHolds() throws {
+    /// values, and its record decodes them when first asked — or, when it wrote a value larger
+    /// than 4 KiB, as values holding their arrays. Either way, what a commit observer of the
+    /// committing process gets must be what the log holds, for every kind of value (fixed-width,
+    /// booleans, strings, JSON, removals, a value set back, names past the linear search).
+    @Test(arguments: [false, true])
+    func theCommittingProcessGetsTheRecordTheLogHolds(withALargeValue: Bool) throws {
         try withTemporaryStore { store, _, log throws in
             let before = PersistentDefaults.Key<Int>("set-back", default: 0)
             let gone = PersistentDefaults.Key<String>("gone", default: "")
@@ -20,10 +21,11 @@ import Testing
             }
             let commits = Events<CommitRecord>()
             let token = store.observeCommits { commits.append($0) }
-            let long = String(repeating: "é", count: 3_000)  // 6,001 bytes: past the buffer's first size.
+            // 6,001 bytes encoded: a large value; 21 bytes: a small one.
+            let text = String(repeating: "é", count: withALargeValue ? 3_000 : 10)
             try store.write { tx in
                 for index in 0..<40 { tx[PersistentDefaults.Key<Int>("int-\(index)", default: 0)] = index - 20 }
-                tx[PersistentDefaults.Key<String>("text", default: "")] = long
+                tx[PersistentDefaults.Key<String>("text", default: "")] = text
                 tx[PersistentDefaults.Key<Bool>("flag", default: false)] = true
                 tx[PersistentDefaults.Key<Double>("ratio", default: 0)] = 0.5
                 tx[PersistentDefaults.Key<Date>("when", default: .distantPast)] = Date(
@@ -43,22 +45,22 @@ import Testing
             #expect(changes["set-back"] == nil)
             #expect(try changes["int-3"]?.storedValue() == .int(33))
             #expect(try changes["int-0"]?.storedValue() == .int(-20))
-            #expect(try changes["text"]?.storedValue() == .string(long))
+            #expect(try changes["text"]?.storedValue() == .string(text))
             #expect(try changes["flag"]?.storedValue() == .bool(true))
             #expect(try changes["ratio"]?.storedValue() == .double(0.5))
             #expect(try changes["when"]?.storedValue() == .date(Date(timeIntervalSinceReferenceDate: 12)))
             #expect(changes["gone"].map { $0.encodedValue == nil } == true)
             #expect(delivered.changedKeys.prefix(3) == ["int-0", "int-1", "int-2"])
             #expect(store[.frame] == WindowFrame(x: 1, y: 2, title: "Main"))
+            // Setting the large value again is no change either.
+            try store.write { tx in tx[PersistentDefaults.Key<String>("text", default: "")] = text }
+            #expect(commits.all.count == 1)
             #expect(try store.verify().isEmpty)
             #expect(log.all.isEmpty)
             _ = token
         }
     }
 
-    /// 300 sets of a 1 MiB value once left a 304 MiB data.mdb (the log was bounded by count
-    /// only). With the default 4 MiB byte bound the log keeps the newest records that fit, and
-    /// the file stays within the bound, the live value and LMDB's copy-on-write churn.
     @Test func theLogIsBoundedInBytesSoLargeValuesDoNotPileUpInTheFile() throws {
         try withTemporaryStore { store, path, log throws in
             #expect(PersistentDefaults.Options().logRetentionBytes == 4 << 20)
