@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 /// One committed write transaction, as the commit log keeps it.
 ///
@@ -227,7 +226,8 @@ final class EncodedChanges: Sendable {
     let bytes: [UInt8]
     /// How many changes `bytes` holds.
     let count: Int
-    private let decoded = Mutex<[CommitRecord.Change]?>(nil)
+    /// A `pthread` mutex (`Locked`), not `Synchronization.Mutex`: ThreadSanitizer sees it.
+    private let decoded = Locked<[CommitRecord.Change]?>(nil)
 
     init(bytes: [UInt8], count: Int) {
         self.bytes = bytes
