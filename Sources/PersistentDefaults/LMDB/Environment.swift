@@ -91,10 +91,9 @@ final class Environment: @unchecked Sendable {
     private var writeMask: UInt64 = 0
     /// The sequence of the record the current write transaction appended, when `writeLogged`.
     private var writeSequence: UInt64 = 0
-    /// Commits of this process that changed pages but appended no log record (store creation,
-    /// migrations): each advanced LMDB's transaction ID by one without a log sequence. Counted
-    /// here only, after the commit, so the watcher compares two numbers that move together.
-    let localUnloggedCommits = Atomic<Int>(0)
+    /// This process's recent commits that changed pages, by transaction ID, and whether each
+    /// appended a log record (store creation and migrations do not): see ``LocalCommits``.
+    let localCommitIDs = LocalCommits()
     /// Every commit of this process that changed pages, logged or not, counted after the
     /// commit: the watcher skips delivery when all new transactions were this process's own
     /// (their committing threads deliver them), and the flusher syncs when it moved.
@@ -380,14 +379,17 @@ final class Environment: @unchecked Sendable {
         let mask = unlogged ? WakeChannel.everything : writeMask | WakeChannel.everyCommit
         let loggedSequence = writeLogged ? writeSequence : nil
         let bytes = writeBytes
+        let id = mdb_txn_id(transaction)
         // lmdb.h: the transaction handle is freed by mdb_txn_commit whether it succeeds or not.
         let commitCode = mdb_txn_commit(transaction)
         if commitCode == MDB_MAP_FULL { throw RetrySignal.mapFull(bytes: bytes) }
         if commitCode == EIO, let explained = diagnoseShortWrite(transactionBytes: bytes) { throw explained }
         try check(commitCode, "mdb_txn_commit")
         // Sequentially consistent: pairs with the flusher's arming (see `Flusher.markDirty`).
-        if touched { localCommits.add(1, ordering: .sequentiallyConsistent) }
-        if unlogged { localUnloggedCommits.add(1, ordering: .releasing) }
+        if touched {
+            localCommits.add(1, ordering: .sequentiallyConsistent)
+            localCommitIDs.record(transactionID: id, logged: !unlogged)
+        }
         // The commit is visible to new readers now: confirm its announcement and wake the other
         // processes that observe its keys (this process's observers get it from the committing
         // thread). Never fails a commit.

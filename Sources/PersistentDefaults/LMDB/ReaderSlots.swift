@@ -157,7 +157,8 @@ final class ReaderSlot: @unchecked Sendable {
     /// Owner side: takes the slot for one read, as the gate's shared side. Marks the slot busy,
     /// then checks the gate's exclusive flag (both sequentially consistent, against the
     /// exclusive side's flag-then-slots order); while an exclusive section is raised it gives the
-    /// slot back and waits for the section to end.
+    /// slot back and waits for the section to end, unless this thread holds the gate's shared
+    /// side already.
     @inline(__always)
     func enter(_ gate: TransactionGate) -> Entry {
         while true {
@@ -175,7 +176,11 @@ final class ReaderSlot: @unchecked Sendable {
                     return state.load(ordering: .relaxed) == ReaderSlot.busy ? .nested : .unavailable
                 }
             }
-            guard gate.isExclusiveRaised else { return .entered }
+            // A thread that holds the gate's shared side (inside `write {}` or `read {}`) must
+            // not wait: the exclusive side waits for that very hold in `pthread_rwlock_wrlock`,
+            // before it looks at the slots, so this slot's read is safe (waiting here deadlocked a
+            // read inside a write with a thread growing the map).
+            guard gate.isExclusiveRaised, !gate.isHeldByCurrentThread else { return .entered }
             state.store(previous, ordering: .releasing)
             gate.waitForExclusive()
         }

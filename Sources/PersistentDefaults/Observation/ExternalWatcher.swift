@@ -14,9 +14,9 @@ import Synchronization
 /// after `Options.fallbackCheckInterval`, checks: it reads LMDB's last transaction ID from the
 /// shared meta page (a memory read, no system call); when the ID moved, it reads the snapshot's
 /// transaction ID and newest log sequence and has the registry deliver what is new. Each logged
-/// commit advances both by one; this process counts its own commits that wrote no log record
-/// (`Environment.localUnloggedCommits`, counted in one place, after the commit). Transaction IDs
-/// that neither account for were made by a client that bypasses the log; then the registry
+/// commit advances both by one; this process records the IDs of its own commits and which of
+/// them wrote no log record (``LocalCommits``, recorded in one place, after the commit).
+/// Transaction IDs that neither account for were made by a client that bypasses the log; then the registry
 /// compares the observed keys with the store, after delivering the logged records before them,
 /// so a spurious comparison costs reads and never reorders changes.
 ///
@@ -48,18 +48,11 @@ final class ExternalWatcher: @unchecked Sendable {
     private let isStopping = Atomic<Bool>(false)
     private var lastTransaction: Int
     private var lastSequence: UInt64
-    private var lastLocalUnlogged: Int
-    private var lastLocalCommits: Int
 
-    /// Starts watching from a snapshot with `transactionID` and `sequence`, taken after
-    /// `localUnlogged` and `localCommits` were read.
-    init(
-        core: StoreCore, waiter: WakeChannel.Waiter, transactionID: Int, sequence: UInt64, localUnlogged: Int,
-        localCommits: Int
-    ) {
+    /// Starts watching from a snapshot with `transactionID` and `sequence`.
+    init(core: StoreCore, waiter: WakeChannel.Waiter, transactionID: Int, sequence: UInt64) {
         self.core = core
-        (lastTransaction, lastSequence, lastLocalUnlogged) = (transactionID, sequence, localUnlogged)
-        lastLocalCommits = localCommits
+        (lastTransaction, lastSequence) = (transactionID, sequence)
         channel = waiter
         let interval = core.options.fallbackCheckInterval
         fallbackNanoseconds = min(max(interval, .milliseconds(1)), .seconds(3_600)).nanoseconds
@@ -109,22 +102,22 @@ final class ExternalWatcher: @unchecked Sendable {
         let latest = core.environment.info().lastTransactionID
         guard latest != lastTransaction else { return true }
         do {
-            // Read before the snapshot: every commit it counts is visible in the snapshot.
-            let localUnlogged = core.environment.localUnloggedCommits.load(ordering: .acquiring)
-            let localCommits = core.environment.localCommits.load(ordering: .acquiring)
             // The meta page can show a commit a moment before new readers see it, so count what
             // the snapshot shows; a commit not yet visible is seen on the next check.
             let (transaction, sequence) = try core.environment.withRead { ($0.id, try core.lastSequence(in: $0)) }
+            guard transaction > lastTransaction else { return transaction >= latest }
+            // This process's commits in the snapshot, by ID: one recorded after this count is
+            // taken for another process's (a spare delivery), and none is counted twice.
+            let local = core.environment.localCommitIDs.count(in: (lastTransaction + 1)...transaction)
             // Wrapping arithmetic: foreign log keys may hold any number; they must not trap.
             let logged = Int(truncatingIfNeeded: sequence &- lastSequence)
-            let unaccounted = (transaction &- lastTransaction) &- logged &- (localUnlogged &- lastLocalUnlogged)
-            // Commits counted before the snapshot are in it, so this is at least the number of
-            // other processes' commits: zero means every new one is this process's own, which its
-            // committing threads deliver (the channel also wakes this thread for them). Delivering
-            // here too would be correct but would take the delivery away from those threads.
-            let foreign = (transaction &- lastTransaction) &- (localCommits &- lastLocalCommits)
-            (lastTransaction, lastSequence, lastLocalUnlogged) = (transaction, sequence, localUnlogged)
-            lastLocalCommits = localCommits
+            let unaccounted = (transaction &- lastTransaction) &- logged &- local.unlogged
+            // At least the number of other processes' commits: zero means every new one is this
+            // process's own, which its committing threads deliver (the channel also wakes this
+            // thread for them). Delivering here too would be correct but would take the delivery
+            // away from those threads.
+            let foreign = (transaction &- lastTransaction) &- local.all
+            (lastTransaction, lastSequence) = (transaction, sequence)
             // Other processes' logged commits that the wake-up channel shows to be of no
             // interest here are passed without reading the log: an idle observer of a busy
             // store then reads no records, and holds no snapshot while reading them.

@@ -249,13 +249,18 @@ final class ObserverRegistry: Sendable {
         // Before the snapshot: a commit the snapshot misses then sees the interest (the
         // sequentially consistent add orders it before the snapshot's reads; `didCommit` fences
         // the other side). The observer's removal lowers it again. Likewise for the wake-up
-        // bits, which other processes' writers read after their commits.
-        interest.add(1, ordering: .sequentiallyConsistent)
-        let waiter = waiter(core)
-        waiter.add(bits)
+        // bits, which other processes' writers read after their commits. Both under the
+        // waiter's lock, which a removal holds from lowering the interest to storing the mask:
+        // between those two steps the bits would be overwritten (an observer whose bit a
+        // concurrent cancellation erased missed every other process's commit of its key).
+        let waiter = claimedWaiter.withLock { claimed in
+            interest.add(1, ordering: .sequentiallyConsistent)
+            let waiter = claimed ?? core.environment.wakeChannel?.claimWaiter() ?? WakeChannel.Waiter()
+            claimed = waiter
+            waiter.add(bits)
+            return waiter
+        }
         while true {
-            let localUnlogged = core.environment.localUnloggedCommits.load(ordering: .acquiring)
-            let localCommits = core.environment.localCommits.load(ordering: .acquiring)
             let start: Start?
             do {
                 start = try core.environment.withRead { transaction in
@@ -280,7 +285,7 @@ final class ObserverRegistry: Sendable {
                 if state.watcher == nil, !state.isClosed {
                     state.watcher = ExternalWatcher(
                         core: core, waiter: waiter, transactionID: start?.transactionID ?? 0,
-                        sequence: start?.sequence ?? 0, localUnlogged: localUnlogged, localCommits: localCommits)
+                        sequence: start?.sequence ?? 0)
                 }
                 return state.nextID
             }
@@ -293,9 +298,12 @@ final class ObserverRegistry: Sendable {
     private func remove(_ body: (inout State) -> Bool) {
         let stopped = state.withLock { state -> ExternalWatcher? in
             if body(&state) { state.observerCount -= 1 }
-            // Still counts the registrations in progress, whose bits must stay.
-            let remaining = interest.subtract(1, ordering: .sequentiallyConsistent).newValue
-            if remaining == state.observerCount { waiterIfClaimed?.set(state.wakeBits) }
+            // Still counts the registrations in progress, whose bits must stay; under the
+            // waiter's lock, so that none adds its bits between the count and the store.
+            claimedWaiter.withLock { waiter in
+                let remaining = interest.subtract(1, ordering: .sequentiallyConsistent).newValue
+                if remaining == state.observerCount { waiter?.set(state.wakeBits) }
+            }
             guard state.isEmpty else { return nil }
             defer { state.watcher = nil }
             return state.watcher
@@ -306,16 +314,10 @@ final class ObserverRegistry: Sendable {
     /// This process's waiter on the store's wake-up channel (a slot of it, or a private word
     /// when the channel cannot be used or is full), claimed with the first observer and kept
     /// until the store closes.
+    /// Its lock also makes a registration's interest and bits, and a removal's recount and
+    /// mask, one step each (see `register` and `remove`); taken inside `state`'s lock, never
+    /// the other way round.
     private let claimedWaiter = Locked<WakeChannel.Waiter?>(nil)
-
-    private func waiter(_ core: StoreCore) -> WakeChannel.Waiter {
-        claimedWaiter.withLock { waiter in
-            if let waiter { return waiter }
-            let claimed = core.environment.wakeChannel?.claimWaiter() ?? WakeChannel.Waiter()
-            waiter = claimed
-            return claimed
-        }
-    }
 
     private var waiterIfClaimed: WakeChannel.Waiter? { claimedWaiter.withLock { $0 } }
 

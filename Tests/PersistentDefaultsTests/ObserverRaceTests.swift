@@ -1,0 +1,202 @@
+import Foundation
+import PDTestSupport
+import Synchronization
+import Testing
+
+@testable import PersistentDefaults
+
+/// Races between observers, this process's own commits, other processes' commits and map growth
+/// that lost a delivery or deadlocked (found by an audit; each test failed before its fix).
+@Suite(.serialized) struct ObserverRaceTests {
+    /// Commits are counted by transaction ID: one recorded after a watcher's count is taken for
+    /// another process's once (a spare delivery), none is counted twice, and a range is
+    /// forgotten once counted.
+    @Test func localCommitsAreCountedByTransactionID() {
+        let commits = LocalCommits()
+        commits.record(transactionID: 5, logged: true)
+        commits.record(transactionID: 6, logged: false)
+        // 7 committed but is not recorded yet when the watcher counts 5...7.
+        #expect(commits.count(in: 5...7) == (all: 2, unlogged: 1))
+        commits.record(transactionID: 7, logged: true)
+        commits.record(transactionID: 8, logged: true)
+        // 7 is never counted again (the old counter counted it in the next range, hiding 9).
+        #expect(commits.count(in: 8...9) == (all: 1, unlogged: 0))
+        #expect(commits.count(in: 1...100) == (all: 0, unlogged: 0))
+        // Past the capacity the oldest are forgotten: counted as other processes' commits.
+        for id in 101...(100 + LocalCommits.capacity + 10) { commits.record(transactionID: id, logged: true) }
+        let counted = commits.count(in: 101...(100 + LocalCommits.capacity + 10))
+        #expect(counted.all < LocalCommits.capacity + 10 && counted.all >= LocalCommits.capacity / 2)
+    }
+
+    /// The watcher counted this process's commits with a counter read before its snapshot: a
+    /// local commit in the snapshot but counted only after (the counter moves after
+    /// `mdb_txn_commit` returns) was counted again at the next check, where it hid another
+    /// process's commit, which was never delivered. Local commits run in a burst while another
+    /// process's commit wakes the watcher; the burst stops; another process commits once more:
+    /// that last commit must reach the observer. Failed 9 runs of 10 (1–3 rounds of 100)
+    /// before the commits were counted by transaction ID (`LocalCommits`).
+    @Test func aForeignCommitAfterALocalBurstIsDelivered() throws {
+        try withTemporaryDirectory { path throws in
+            var options = PersistentDefaults.Options()
+            options.durability = .bounded(interval: .seconds(10))
+            options.fallbackCheckInterval = .seconds(3600)
+            let store = try PersistentDefaults(path: path, options: options)
+            let foreign = PersistentDefaults.Key<Int>("foreign", default: 0)
+            let local = PersistentDefaults.Key<Int>("local", default: 0)
+            let latest = Atomic<Int>(0)
+            let token = store.observe(foreign) { latest.store($0.newValue, ordering: .releasing) }
+            defer { token.cancel() }
+            var missed: [Int] = []
+            let rounds = Int(ProcessInfo.processInfo.environment["PD_OBSERVER_RACE_ROUNDS"] ?? "") ?? 100
+            for round in 0..<rounds {
+                let stop = Atomic<Bool>(false)
+                let stopped = DispatchSemaphore(value: 0)
+                Thread.detachNewThread {
+                    var value = 0
+                    while !stop.load(ordering: .relaxed) {
+                        value += 1
+                        store[local] = value
+                    }
+                    stopped.signal()
+                }
+                let first = 2 * round + 1
+                #expect(try runFixture(["set-int", path, "foreign", "\(first)"]).status == 0)
+                _ = eventually(timeout: 5) { latest.load(ordering: .acquiring) >= first }
+                stop.store(true, ordering: .relaxed)
+                stopped.wait()
+                let second = first + 1
+                #expect(try runFixture(["set-int", path, "foreign", "\(second)"]).status == 0)
+                if !eventually(timeout: 3, { latest.load(ordering: .acquiring) == second }) {
+                    missed.append(second)
+                    // Diagnosis: the registry's delivered sequence lags the store's last one.
+                    Issue.record(
+                        "round \(round): delivered \(store.core.observers.deliveredSequence), last \(try store.lastSequence()), passed by the channel \(store.core.observers.passedRecords.load(ordering: .relaxed))"
+                    )
+                    store[local] = -round  // A local commit delivers the missed one late.
+                    _ = eventually(timeout: 5) { latest.load(ordering: .acquiring) == second }
+                }
+            }
+            #expect(missed.isEmpty, "another process's last commit was not delivered in rounds \(missed) of \(rounds)")
+        }
+    }
+
+    /// `ObserverRegistry.remove` lowered `interest`, found it equal to the observer count and then
+    /// stored the mask of the observers it saw (a plain store). A registration that raised
+    /// `interest` and OR-ed its bit into the mask in between was overwritten: the new observer's
+    /// bit was gone from this process's slot, so other processes' commits of its key neither
+    /// woke the watcher nor stopped `pass(through:)` from skipping them. Reproduced in 6 runs of
+    /// 7 (after 660–19,132 rounds) before both steps took the waiter's lock.
+    @Test func aRegistrationRacingWithACancellationKeepsItsWakeUpBit() throws {
+        try withTemporaryDirectory { path throws in
+            var options = PersistentDefaults.Options()
+            options.fallbackCheckInterval = .milliseconds(50)
+            let store = try PersistentDefaults(path: path, options: options)
+            let anchorName = "anchor"
+            let anchor = store.observe(PersistentDefaults.Key<Int>(anchorName, default: 0)) { _ in }
+            defer { anchor.cancel() }
+            func bit(_ name: String) -> UInt64 { WakeChannel.bit(forKeyNamed: Array(name.utf8)) }
+            let xName = "x"
+            let yName = (0..<1000).map { "y\($0)" }.first { bit($0) != bit(xName) && bit($0) != bit(anchorName) }!
+            let xKey = PersistentDefaults.Key<Int>(xName, default: 0)
+            let yKey = PersistentDefaults.Key<Int>(yName, default: 0)
+            let mask = try SlotMask(directory: path)
+            #expect(mask.load() & bit(anchorName) != 0)
+            let seen = Events<Int>()
+            var kept: ObservationToken?
+            var rounds = 0
+            let deadline = Date().addingTimeInterval(
+                Double(ProcessInfo.processInfo.environment["PD_OBSERVER_RACE_SECONDS"] ?? "") ?? 8)
+            while Date() < deadline, kept == nil {
+                rounds += 1
+                let y = store.observe(yKey) { _ in }
+                let arrived = Atomic<Int>(0)
+                let x = Guarded<ObservationToken?>(nil)
+                DispatchQueue.concurrentPerform(iterations: 2) { index in
+                    arrived.add(1, ordering: .sequentiallyConsistent)
+                    while arrived.load(ordering: .sequentiallyConsistent) < 2 {}
+                    if index == 0 {
+                        y.cancel()
+                    } else {
+                        let token = store.observe(xKey) { seen.append($0.newValue) }
+                        x.withLock { $0 = token }
+                    }
+                }
+                let token = x.withLock { $0 }!
+                if mask.load() & bit(xName) == 0 { kept = token } else { token.cancel() }
+            }
+            guard let kept else { return }  // The bit was never lost: the fix holds for this run.
+            Issue.record("x's wake-up bit was lost after \(rounds) rounds: mask \(String(mask.load(), radix: 16))")
+            // What a user sees: another process sets x, the observer of x is never called.
+            #expect(try runFixture(["set-int", path, xName, "7"]).status == 0)
+            #expect(seen.wait(forCount: 1, timeout: 3), "the observer of x missed another process's commit")
+            withExtendedLifetime(kept) {}
+        }
+    }
+    /// A thread inside `write { }` holds the gate's shared side (rwlock, marked). Its plain read
+    /// `store[key]` goes through its reader slot: `ReaderSlot.enter` saw the exclusive flag
+    /// raised by another thread that must grow the map, gave the slot back and waited at the
+    /// turnstile — which the exclusive side holds while it waits for this very thread's rwlock
+    /// hold. Deadlocked 5 runs of 5 before `enter` let a thread holding the shared side read.
+    @Test func aPlainReadInsideAWriteWhileAnotherThreadGrowsTheMapDoesNotDeadlock() throws {
+        let path = NSTemporaryDirectory() + "pd-grow-deadlock-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        var options = PersistentDefaults.Options()
+        options.initialMapSize = 1 << 20
+        let store = try PersistentDefaults(path: path, options: options)
+        // Never released: a deadlocked store cannot be closed.
+        _ = Unmanaged.passRetained(store as AnyObject)
+        let other = PersistentDefaults.Key<Int>("other", default: 0)
+        let blob = PersistentDefaults.Key<Data>("blob", default: Data())
+        store[other] = 1
+        _ = store[other]  // The writing thread's slot exists only once it read; see below.
+        let inWrite = DispatchSemaphore(value: 0)
+        let writerDone = DispatchSemaphore(value: 0)
+        let growerDone = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            _ = store[other]  // Makes this thread's reader slot.
+            try? store.write { tx in
+                tx[other] = 2
+                inWrite.signal()
+                // Wait (bounded) until the other thread's growth raised the exclusive side.
+                let deadline = Date().addingTimeInterval(5)
+                while !store.core.environment.gate.isExclusiveRaised, Date() < deadline { sched_yield() }
+                _ = store[other]  // A plain read of the store inside the write.
+            }
+            writerDone.signal()
+        }
+        inWrite.wait()
+        Thread.detachNewThread {
+            // Large enough that the map must grow before the transaction: withExclusive.
+            try? store.set(Data(repeating: 7, count: 4 << 20), for: blob)
+            growerDone.signal()
+        }
+        let finished =
+            writerDone.wait(timeout: .now() + 10) == .success && growerDone.wait(timeout: .now() + 10) == .success
+        #expect(finished, "the write that reads and the set that grows the map deadlocked")
+        if finished { try? FileManager.default.removeItem(atPath: path) }
+    }
+}
+
+/// This process's slot mask in a store's `notify` file (layout: WakeChannel.swift).
+final class SlotMask: @unchecked Sendable {
+    private let base: UnsafeMutableRawPointer
+    private let slot: Int
+
+    init(directory: String) throws {
+        let descriptor = open(directory + "/notify", O_RDWR)
+        guard descriptor >= 0 else { throw POSIXError(.ENOENT) }
+        defer { close(descriptor) }
+        guard let mapped = mmap(nil, 20_480, PROT_READ | PROT_WRITE, MAP_SHARED, descriptor, 0), mapped != MAP_FAILED
+        else { throw POSIXError(.ENOMEM) }
+        base = mapped
+        let me = UInt32(getpid())
+        guard let found = (0..<1020).first(where: { mapped.load(fromByteOffset: 64 + $0 * 16, as: UInt32.self) == me })
+        else { throw POSIXError(.ESRCH) }
+        slot = found
+    }
+
+    func load() -> UInt64 {
+        let pointer = (base + 64 + slot * 16 + 8).assumingMemoryBound(to: UInt64.self)
+        // An aligned 8-byte load is atomic on x86-64; read after the racing threads joined.
+        return pointer.pointee
+    }
+}
