@@ -12,20 +12,22 @@
 /// At most `capacity` IDs are kept; commits forgotten beyond that are likewise taken for other
 /// processes'.
 final class LocalCommits: Sendable {
-    private struct Entry {
-        let id: Int
-        let logged: Bool
+    /// The recorded commits in a ring: each slot a transaction ID (0: empty) whose sign bit
+    /// says that the commit logged nothing.
+    private struct Ring {
+        var slots = [Int](repeating: 0, count: LocalCommits.capacity)
+        var next = 0
     }
 
     /// A `pthread` mutex (`Locked`): ThreadSanitizer sees it.
-    private let entries = Locked<[Entry]>([])
+    private let ring = Locked(Ring())
     static let capacity = 1_024
 
     /// Records a commit of this process that changed pages; call after it succeeded.
     func record(transactionID: Int, logged: Bool) {
-        entries.withLock { entries in
-            if entries.count >= Self.capacity { entries.removeFirst(Self.capacity / 2) }
-            entries.append(Entry(id: transactionID, logged: logged))
+        ring.withLock { ring in
+            ring.slots[ring.next] = logged ? transactionID : -transactionID
+            ring.next = (ring.next + 1) & (Self.capacity - 1)
         }
     }
 
@@ -33,14 +35,17 @@ final class LocalCommits: Sendable {
     /// snapshot's), and how many of those logged no record. Forgets the IDs up to the range's
     /// end: the caller never asks about them again.
     func count(in range: ClosedRange<Int>) -> (all: Int, unlogged: Int) {
-        entries.withLock { entries in
+        ring.withLock { ring in
             var all = 0
             var unlogged = 0
-            for entry in entries where range.contains(entry.id) {
-                all += 1
-                if !entry.logged { unlogged += 1 }
+            for index in ring.slots.indices where ring.slots[index] != 0 {
+                let id = abs(ring.slots[index])
+                if range.contains(id) {
+                    all += 1
+                    if ring.slots[index] < 0 { unlogged += 1 }
+                }
+                if id <= range.upperBound { ring.slots[index] = 0 }
             }
-            entries.removeAll { $0.id <= range.upperBound }
             return (all, unlogged)
         }
     }
