@@ -98,13 +98,18 @@ extension PersistentDefaults {
     /// yet. A consumer that falls further behind is not given a record with a gap: the sequence
     /// ends after the last buffered record instead, and the consumer catches up with
     /// ``commits(after:limit:)`` from the last sequence it handled (while the log retains it)
-    /// before it asks for a new sequence.
+    /// before it asks for a new sequence. The sequence also ends when the store closes (its last
+    /// handle is released).
     public func updates(prefix: String, bufferLimit: Int = 10_000) -> AsyncStream<CommitRecord> {
         AsyncStream(bufferingPolicy: .bufferingOldest(max(bufferLimit, 1))) { continuation in
             let token = observe(prefix: prefix) { record in
                 if case .dropped = continuation.yield(record) { continuation.finish() }
             }
-            continuation.onTermination = { _ in token.cancel() }
+            let closing = core.observers.onClose { continuation.finish() }
+            continuation.onTermination = { _ in
+                token.cancel()
+                closing.cancel()
+            }
         }
     }
 
@@ -115,7 +120,8 @@ extension PersistentDefaults {
     /// ```
     ///
     /// A consumer slower than the writers sees the newest value, not a backlog. The observation
-    /// ends when the iterating task is cancelled or the stream is released.
+    /// ends when the iterating task is cancelled, the stream is released, or the store closes
+    /// (its last handle is released): then the sequence ends.
     public func updates<Value>(for key: Key<Value>) -> AsyncStream<Value> {
         AsyncStream(bufferingPolicy: .bufferingNewest(1)) { continuation in
             // The start value is decoded after the registration, outside the registry's lock, so
@@ -132,7 +138,11 @@ extension PersistentDefaults {
                         continuation.yield(change.newValue)
                     }
                 })
-            continuation.onTermination = { _ in token.cancel() }
+            let closing = core.observers.onClose { continuation.finish() }
+            continuation.onTermination = { _ in
+                token.cancel()
+                closing.cancel()
+            }
         }
     }
 

@@ -321,7 +321,7 @@ final class ObserverRegistry: Sendable {
 
     private var waiterIfClaimed: WakeChannel.Waiter? { claimedWaiter.withLock { $0 } }
 
-    /// Stops the watcher for good; the store is closing.
+    /// Stops the watcher for good and runs the close actions (`onClose`); the store is closing.
     func close() {
         let stopped = state.withLock { state -> ExternalWatcher? in
             state.isClosed = true
@@ -331,6 +331,41 @@ final class ObserverRegistry: Sendable {
         stopped?.stop()
         // The slot is freed when the watcher's thread lets go of it too.
         claimedWaiter.withLock { $0 = nil }
+        // With no lock held: an action finishes a stream, whose termination cancels observers.
+        let actions = closeActions.withLock { closing in
+            closing.isClosed = true
+            defer { closing.actions = [:] }
+            return Array(closing.actions.values)
+        }
+        for action in actions { action() }
+    }
+
+    /// What to run when the store closes: the `updates` streams' `finish()`, so that a
+    /// `for await` loop ends instead of waiting for ever on a store that is gone.
+    private struct CloseActions {
+        var isClosed = false
+        var nextID: UInt64 = 0
+        var actions: [UInt64: @Sendable () -> Void] = [:]
+    }
+
+    private let closeActions = Locked(CloseActions())
+
+    /// Runs `action` once when the store closes (at once when it is closed already), unless
+    /// the returned token is cancelled first.
+    func onClose(_ action: @escaping @Sendable () -> Void) -> ObservationToken {
+        let id = closeActions.withLock { closing -> UInt64? in
+            guard !closing.isClosed else { return nil }
+            closing.nextID += 1
+            closing.actions[closing.nextID] = action
+            return closing.nextID
+        }
+        guard let id else {
+            action()
+            return ObservationToken {}
+        }
+        return ObservationToken { [weak self] in
+            self?.closeActions.withLock { _ = $0.actions.removeValue(forKey: id) }
+        }
     }
 
     /// The names (UTF-8 bytes) of the keys that have observers.
@@ -400,8 +435,9 @@ final class ObserverRegistry: Sendable {
                 }
             } catch {
                 // The store could not be read: report, and compare at the next delivery, which
-                // any later commit starts, instead of retrying now.
-                core.reporter.reportOnce(error)
+                // any later commit starts, instead of retrying now. Not when the store is
+                // closing: a delivery that the close overtook is no error of the user's.
+                if !state.withLock({ $0.isClosed }) { core.reporter.reportOnce(error) }
                 state.withLock { state in
                     state.needsComparing = true
                     state.isDelivering = false
