@@ -149,7 +149,7 @@ public struct CommitRecord: Sendable, Equatable {
             }
         case .encoded(let encoded):
             writer.append(UInt32(encoded.count))
-            writer.append(contentsOf: encoded.bytes)
+            encoded.bytes.withUnsafeBytes { writer.append($0) }
         }
         precondition(writer.offset == buffer.count, "encodedCount and encode(into:) disagree")
     }
@@ -170,27 +170,45 @@ public struct CommitRecord: Sendable, Equatable {
         }
     }
 
+    /// Reads `count` changes from `reader`, as ``appendChange(named:value:to:)`` writes them,
+    /// passing each name to `checkName` as soon as it is read (before its mark), then the name
+    /// and value (nil: removed) to `body`, until `body` returns false.
+    fileprivate static func readChanges(
+        _ count: Int, from reader: inout ByteReader,
+        checkName: (UnsafeRawBufferPointer) throws(StoredValueError) -> Void = { _ in },
+        _ body: (_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer?) throws(StoredValueError) -> Bool
+    ) throws(StoredValueError) {
+        for _ in 0..<count {
+            let name = try reader.bytes(Int(try reader.read(UInt16.self)))
+            try checkName(name)
+            let value: UnsafeRawBufferPointer?
+            switch try reader.read(UInt8.self) {
+            case setMark: value = try reader.bytes(Int(try reader.read(UInt32.self)))
+            case removeMark: value = nil
+            case let mark: throw StoredValueError("change mark \(mark) is unknown")
+            }
+            guard try body(name, value) else { return }
+        }
+    }
+
     /// Decodes `count` changes from `reader`, as ``appendChange(named:value:to:)`` writes them.
     fileprivate static func decodeChanges(_ count: Int, from reader: inout ByteReader) throws(StoredValueError)
         -> [Change]
     {
         var changes: [Change] = []
         changes.reserveCapacity(count)
-        for _ in 0..<count {
-            let nameLength = try reader.read(UInt16.self)
-            guard let name = String(validating: try reader.bytes(Int(nameLength)), as: UTF8.self) else {
+        var key = ""
+        func check(_ name: UnsafeRawBufferPointer) throws(StoredValueError) {
+            guard let valid = String(validating: name, as: UTF8.self) else {
                 throw StoredValueError("a key name is not valid UTF-8")
             }
-            switch try reader.read(UInt8.self) {
-            case setMark:
-                let length = try reader.read(UInt32.self)
-                changes.append(Change(key: name, encodedValue: Array(try reader.bytes(Int(length)))))
-            case removeMark:
-                changes.append(Change(key: name, encodedValue: nil))
-            case let mark:
-                throw StoredValueError("change mark \(mark) is unknown")
-            }
+            key = valid
         }
+        func add(_: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer?) -> Bool {
+            changes.append(Change(key: key, encodedValue: value.map { Array($0) }))
+            return true
+        }
+        try readChanges(count, from: &reader, checkName: check, add)
         return changes
     }
 
@@ -246,37 +264,30 @@ final class EncodedChanges: Sendable {
     /// The changes, decoded at the first call.
     var changes: [CommitRecord.Change] {
         if let done = decoded.load() { return done.changes }
-        let result = bytes.withUnsafeBytes { buffer in
-            Result { () throws(StoredValueError) in
-                var reader = ByteReader(buffer)
-                return try CommitRecord.decodeChanges(count, from: &reader)
-            }
-        }
-        guard case .success(let changes) = result else {
-            // This process wrote `bytes` with `appendChange` a moment ago: unreachable.
-            preconditionFailure("a commit record's own changes do not decode: \(result)")
-        }
+        let changes = read { (reader) throws(StoredValueError) in try CommitRecord.decodeChanges(count, from: &reader) }
         return decoded.storeIfNil(DecodedChanges(changes)).changes
     }
 
     /// Calls `body` with each change's name until it returns false.
     func forEachName(_ body: (UnsafeRawBufferPointer) -> Bool) {
-        bytes.withUnsafeBytes { buffer in
-            var offset = 0
-            for _ in 0..<count {
-                let length = Int(UInt16(bigEndianBytes: UnsafeRawBufferPointer(rebasing: buffer[offset..<offset + 2])))
-                let name = UnsafeRawBufferPointer(rebasing: buffer[offset + 2..<offset + 2 + length])
-                guard body(name) else { return }
-                offset += 2 + length
-                if buffer[offset] == CommitRecord.setMark {
-                    let valueLength = Int(
-                        UInt32(bigEndianBytes: UnsafeRawBufferPointer(rebasing: buffer[offset + 1..<offset + 5])))
-                    offset += 5 + valueLength
-                } else {
-                    offset += 1
-                }
+        read { (reader) throws(StoredValueError) in
+            try CommitRecord.readChanges(count, from: &reader) { name, _ in body(name) }
+        }
+    }
+
+    /// Runs `body` with a reader of `bytes`, which this process wrote with `appendChange` a
+    /// moment ago: they always read, so a failure is a bug here, not bad input.
+    private func read<R>(_ body: (inout ByteReader) throws(StoredValueError) -> R) -> R {
+        let result = bytes.withUnsafeBytes { buffer in
+            Result { () throws(StoredValueError) in
+                var reader = ByteReader(buffer)
+                return try body(&reader)
             }
         }
+        guard case .success(let value) = result else {
+            preconditionFailure("a commit record's own changes do not decode: \(result)")
+        }
+        return value
     }
 }
 
@@ -317,20 +328,6 @@ struct RawByteWriter: ChangeWriter {
         precondition(offset + size <= buffer.count, "write past the reserved space")
         buffer.storeBytes(of: value.bigEndian, toByteOffset: offset, as: T.self)
         offset += size
-    }
-
-    mutating func append(contentsOf bytes: some Collection<UInt8>) {
-        if bytes.withContiguousStorageIfAvailable({ append(UnsafeRawBufferPointer($0)) }) != nil { return }
-        for byte in bytes {
-            precondition(offset < buffer.count, "write past the reserved space")
-            buffer[offset] = byte
-            offset += 1
-        }
-    }
-
-    /// Appends an array's bytes: one copy, without the generic path's closure.
-    mutating func append(contentsOf bytes: [UInt8]) {
-        bytes.withUnsafeBytes { append($0) }
     }
 
     /// Appends the bytes of `source`.
