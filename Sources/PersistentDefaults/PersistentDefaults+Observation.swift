@@ -105,11 +105,7 @@ extension PersistentDefaults {
             let token = observe(prefix: prefix) { record in
                 if case .dropped = continuation.yield(record) { continuation.finish() }
             }
-            let closing = core.observers.onClose { continuation.finish() }
-            continuation.onTermination = { _ in
-                token.cancel()
-                closing.cancel()
-            }
+            end(continuation, cancelling: token)
         }
     }
 
@@ -138,11 +134,17 @@ extension PersistentDefaults {
                         continuation.yield(change.newValue)
                     }
                 })
-            let closing = core.observers.onClose { continuation.finish() }
-            continuation.onTermination = { _ in
-                token.cancel()
-                closing.cancel()
-            }
+            end(continuation, cancelling: token)
+        }
+    }
+
+    /// Ends `continuation`'s stream when the store closes, and cancels `token` when the stream
+    /// ends (its consumer cancelled, released it, or the store closed).
+    private func end<Element>(_ continuation: AsyncStream<Element>.Continuation, cancelling token: ObservationToken) {
+        let closing = core.observers.onClose { continuation.finish() }
+        continuation.onTermination = { _ in
+            token.cancel()
+            closing.cancel()
         }
     }
 

@@ -70,6 +70,8 @@ final class ObserverRegistry: Sendable {
         var needsComparing = false
         var watcher: ExternalWatcher?
         var isClosed = false
+        /// What to run when the store closes (see `onClose`), by ID.
+        var closeActions: [UInt64: @Sendable () -> Void] = [:]
         var isEmpty: Bool { keys.isEmpty && commitObservers.isEmpty && prefixes.isEmpty }
         /// How many observers are registered, kept as they come and go.
         var observerCount = 0
@@ -323,48 +325,37 @@ final class ObserverRegistry: Sendable {
 
     /// Stops the watcher for good and runs the close actions (`onClose`); the store is closing.
     func close() {
-        let stopped = state.withLock { state -> ExternalWatcher? in
+        let (stopped, actions) = state.withLock { state in
             state.isClosed = true
-            defer { state.watcher = nil }
-            return state.watcher
+            defer {
+                state.watcher = nil
+                state.closeActions = [:]
+            }
+            return (state.watcher, Array(state.closeActions.values))
         }
         stopped?.stop()
         // The slot is freed when the watcher's thread lets go of it too.
         claimedWaiter.withLock { $0 = nil }
         // With no lock held: an action finishes a stream, whose termination cancels observers.
-        let actions = closeActions.withLock { closing in
-            closing.isClosed = true
-            defer { closing.actions = [:] }
-            return Array(closing.actions.values)
-        }
         for action in actions { action() }
     }
 
-    /// What to run when the store closes: the `updates` streams' `finish()`, so that a
-    /// `for await` loop ends instead of waiting for ever on a store that is gone.
-    private struct CloseActions {
-        var isClosed = false
-        var nextID: UInt64 = 0
-        var actions: [UInt64: @Sendable () -> Void] = [:]
-    }
-
-    private let closeActions = Locked(CloseActions())
-
     /// Runs `action` once when the store closes (at once when it is closed already), unless
-    /// the returned token is cancelled first.
+    /// the returned token is cancelled first: the `updates` streams' `finish()`, so that a
+    /// `for await` loop ends instead of waiting for ever on a store that is gone.
     func onClose(_ action: @escaping @Sendable () -> Void) -> ObservationToken {
-        let id = closeActions.withLock { closing -> UInt64? in
-            guard !closing.isClosed else { return nil }
-            closing.nextID += 1
-            closing.actions[closing.nextID] = action
-            return closing.nextID
+        let id = state.withLock { state -> UInt64? in
+            guard !state.isClosed else { return nil }
+            state.nextID += 1
+            state.closeActions[state.nextID] = action
+            return state.nextID
         }
         guard let id else {
             action()
             return ObservationToken {}
         }
         return ObservationToken { [weak self] in
-            self?.closeActions.withLock { _ = $0.actions.removeValue(forKey: id) }
+            self?.state.withLock { _ = $0.closeActions.removeValue(forKey: id) }
         }
     }
 
