@@ -376,7 +376,7 @@ extension StoreCore {
         do {
             return try key.codec.encode(value)
         } catch {
-            throw .encodingFailed(key: key.name, type: "\(Value.self)", reason: error.description)
+            throw Self.encodingFailed(error, for: key)
         }
     }
 
@@ -388,8 +388,15 @@ extension StoreCore {
         do {
             try key.codec.encodeAppending?(value, &buffer)
         } catch {
-            throw .encodingFailed(key: key.name, type: "\(Value.self)", reason: error.description)
+            throw Self.encodingFailed(error, for: key)
         }
+    }
+
+    /// The error of a value that `key`'s codec could not encode: it names the key and type.
+    private static func encodingFailed<Value>(_ error: StoredValueError, for key: PersistentDefaults.Key<Value>)
+        -> PersistentDefaultsError
+    {
+        .encodingFailed(key: key.name, type: "\(Value.self)", reason: error.description)
     }
 
     /// Throws ``PersistentDefaultsError/valueTooLarge(key:size:limit:)`` when `encoded` is larger

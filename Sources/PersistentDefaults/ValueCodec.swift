@@ -13,7 +13,7 @@ struct ValueCodec<Value>: @unchecked Sendable {
     /// Encodes a value to tag and payload.
     let encode: (Value) throws(StoredValueError) -> [UInt8]
     /// Appends what `encode` returns to a buffer, for the codecs that can do so without an
-    /// array of their own (the primitive types); nil for the others.
+    /// array of their own (the fixed-width primitive types); nil for the others.
     var encodeAppending: ((Value, inout ByteBuffer) throws(StoredValueError) -> Void)?
     /// Decodes tag and payload; called from the `@inlinable` typed reads.
     @usableFromInline let decode: (UnsafeRawBufferPointer) throws(StoredValueError) -> Value

@@ -95,8 +95,9 @@ final class Environment: @unchecked Sendable {
     /// appended a log record (store creation and migrations do not): see ``LocalCommits``.
     let localCommitIDs = LocalCommits()
     /// Every commit of this process that changed pages, logged or not, counted after the
-    /// commit: the watcher skips delivery when all new transactions were this process's own
-    /// (their committing threads deliver them), and the flusher syncs when it moved.
+    /// commit: the flusher syncs when it moved, and a `.bounded` open that created the store
+    /// syncs when it is not zero. (The watcher tells this process's commits by ID:
+    /// `localCommitIDs`.)
     let localCommits = Atomic<Int>(0)
     /// The store's wake-up channel (the `notify` file), advanced after every commit that
     /// changed pages; nil when the file cannot be opened for writing (read-only directory or

@@ -16,9 +16,9 @@ import Synchronization
 /// transaction ID and newest log sequence and has the registry deliver what is new. Each logged
 /// commit advances both by one; this process records the IDs of its own commits and which of
 /// them wrote no log record (``LocalCommits``, recorded in one place, after the commit).
-/// Transaction IDs that neither account for were made by a client that bypasses the log; then the registry
-/// compares the observed keys with the store, after delivering the logged records before them,
-/// so a spurious comparison costs reads and never reorders changes.
+/// Transaction IDs that neither account for were made by a client that bypasses the log; then
+/// the registry compares the observed keys with the store, after delivering the logged records
+/// before them, so a spurious comparison costs reads and never reorders changes.
 ///
 /// The timed check is the fallback for writers that do not know the channel (Python's `lmdb`,
 /// older versions of this library) and for processes that cannot write the channel file; they
