@@ -19,20 +19,12 @@ private func concurrentWriters(_ context: RunContext) throws -> [Measurement] {
         for index in 0..<(context.quick ? 10 : 100) { try store.set(index, for: keys[0]) }  // Warm-up.
         let rounds = context.quick ? 3 : 8
         let window: UInt64 = context.quick ? 100_000_000 : 375_000_000
-        var samples = Array(repeating: [Double](), count: writerCounts.count)
-        var rates = Array(repeating: [Double](), count: writerCounts.count)
-        for round in 0..<rounds {
-            let order = round.isMultiple(of: 2) ? Array(writerCounts.indices) : writerCounts.indices.reversed()
-            for index in order {
-                let (own, perSecond) = try writeConcurrently(
-                    store, keys: Array(keys.prefix(writerCounts[index])), window)
-                samples[index] += own
-                rates[index].append(perSecond)
-            }
+        let turns = try takeTurns(writerCounts.count, rounds: rounds) { index in
+            try writeConcurrently(store, keys: Array(keys.prefix(writerCounts[index])), window)
         }
         return writerCounts.indices.map { index in
-            var measurement = Measurement("concurrent/\(writerCounts[index])-writers", samples: samples[index])
-            measurement.operationsPerSecond = rates[index].sorted()[rates[index].count / 2]
+            var measurement = Measurement("concurrent/\(writerCounts[index])-writers", samples: turns[index].samples)
+            measurement.operationsPerSecond = turns[index].medianPerSecond
             measurement.note =
                 "durable store.set, one key per thread; ops/s = median over \(rounds) windows of the total commits/s"
             return measurement

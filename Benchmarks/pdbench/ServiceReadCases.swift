@@ -209,23 +209,14 @@ private func threadedReads(_ context: RunContext) throws -> [Measurement] {
             }
             let rounds = context.quick ? 3 : 8
             let window: UInt64 = context.quick ? 60_000_000 : 250_000_000
-            var samples = Array(repeating: [Double](), count: configurations.count)
-            var rates = Array(repeating: [Double](), count: configurations.count)
-            for round in 0..<rounds {
-                let order =
-                    round.isMultiple(of: 2)
-                    ? Array(configurations.indices) : Array(configurations.indices.reversed())
-                for index in order {
-                    let (_, threads, reader) = configurations[index]
-                    let (own, perSecond) = try runThreads(threads, duration: window, reader)
-                    samples[index] += own
-                    rates[index].append(perSecond)
-                }
+            let turns = try takeTurns(configurations.count, rounds: rounds) { index in
+                let (_, threads, reader) = configurations[index]
+                return try runThreads(threads, duration: window, reader)
             }
             return configurations.indices.map { index in
                 let (peer, threads, _) = configurations[index]
-                var measurement = Measurement("get/int/\(threads)-threads/\(peer)", samples: samples[index])
-                measurement.operationsPerSecond = rates[index].sorted()[rates[index].count / 2]
+                var measurement = Measurement("get/int/\(threads)-threads/\(peer)", samples: turns[index].samples)
+                measurement.operationsPerSecond = turns[index].medianPerSecond
                 measurement.note =
                     (peer == "store" ? "store[key]" : "mdb_get")
                     + " of 1,000 keys in scattered order; ops/s = median over \(rounds) windows of the total reads/s"

@@ -136,3 +136,24 @@ func measureAlternating(_ plan: Plan, _ bodies: [(Int) throws -> Void]) throws -
     }
     return samples
 }
+
+/// Runs `count` configurations in turns, for cases whose sides cannot alternate sample by sample
+/// (thread counts): `rounds` rounds, forwards then backwards, each configuration one window per
+/// round (`window(index)` runs it and returns its samples and operations per second), so that
+/// the machine's drift hits every configuration alike. Returns, per configuration, the samples
+/// of all its windows and the median of its windows' operations per second.
+func takeTurns(
+    _ count: Int, rounds: Int, _ window: (Int) throws -> (samples: [Double], perSecond: Double)
+) rethrows -> [(samples: [Double], medianPerSecond: Double)] {
+    var samples = Array(repeating: [Double](), count: count)
+    var rates = Array(repeating: [Double](), count: count)
+    for round in 0..<rounds {
+        let order = round.isMultiple(of: 2) ? Array(0..<count) : (0..<count).reversed()
+        for index in order {
+            let (own, perSecond) = try window(index)
+            samples[index] += own
+            rates[index].append(perSecond)
+        }
+    }
+    return (0..<count).map { (samples[$0], rates[$0].sorted()[rates[$0].count / 2]) }
+}
