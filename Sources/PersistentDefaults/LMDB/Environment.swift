@@ -197,12 +197,27 @@ final class Environment: @unchecked Sendable {
     /// ``ReaderSlot``, whose busy state is the gate's shared side (no shared lock), which is only
     /// right when `body` cannot start another transaction on this thread: library reads and
     /// value decoding. Scopes that run the caller's closure pass true and take the gate's rwlock.
+    ///
+    /// Inside such a scope on this thread, after another process grew the map, a new read cannot
+    /// begin (`MDB_MAP_RESIZED`) and the larger map cannot be adopted until the scope ends (that
+    /// needs every read of this process to end, the scope's own included): the read is then
+    /// answered from the scope's snapshot, and its transaction says so
+    /// (``Transaction/isEnclosingSnapshot``).
     func withRead<R>(runsUserCode: Bool = false, _ body: (Transaction) throws -> R) throws -> R {
         while true {
             do {
-                if runsUserCode { return try gate.withShared { try readOnce(body) } }
+                if runsUserCode {
+                    return try gate.withShared {
+                        try readOnce { transaction in
+                            try gate.withEnclosingRead(transaction.handle) { try body(transaction) }
+                        }
+                    }
+                }
                 return try readThroughSlot(body)
             } catch RetrySignal.mapResized {
+                if gate.isHeldByCurrentThread, let enclosing = gate.enclosingRead {
+                    return try body(Transaction(handle: enclosing, environment: self, isEnclosingSnapshot: true))
+                }
                 try adoptMapSize()
             }
         }

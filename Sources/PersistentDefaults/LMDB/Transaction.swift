@@ -11,6 +11,10 @@ struct Transaction {
     let handle: TransactionHandle
     // Made only by `Environment`'s scopes.
     unowned(unsafe) let environment: Environment
+    /// Whether this is the snapshot of an enclosing `read { }` on this thread, lent to a nested
+    /// read that could not begin because another process grew the map (see
+    /// `Environment.withRead`): it shows that scope's commit, which may not be the newest.
+    var isEnclosingSnapshot = false
 
     /// The ID of the snapshot (read) or of the transaction being written. (`mdb_txn_id`)
     var id: Int { mdb_txn_id(handle) }

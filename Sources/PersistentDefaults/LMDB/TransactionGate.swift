@@ -51,6 +51,9 @@ final class TransactionGate: @unchecked Sendable {
     private let slots: ReaderSlots
     /// A `let`: a stored `var` of a class costs a dynamic exclusivity check on every read.
     private let threadState: pthread_key_t
+    /// The calling thread's innermost read transaction that runs the caller's code (`read { }`):
+    /// see ``withEnclosingRead(_:_:)``.
+    private let enclosingReadKey: pthread_key_t
 
     init(slots: ReaderSlots) {
         self.slots = slots
@@ -63,10 +66,13 @@ final class TransactionGate: @unchecked Sendable {
         var key: pthread_key_t = 0
         _ = pthread_key_create(&key, nil)  // Fails only past PTHREAD_KEYS_MAX keys.
         threadState = key
+        _ = pthread_key_create(&key, nil)  // Fails only past PTHREAD_KEYS_MAX keys.
+        enclosingReadKey = key
     }
 
     deinit {
         pthread_key_delete(threadState)
+        pthread_key_delete(enclosingReadKey)
         pthread_rwlock_destroy(lock)
         lock.deallocate()
         pthread_mutex_destroy(turnstile)
@@ -91,6 +97,19 @@ final class TransactionGate: @unchecked Sendable {
 
     /// Whether the calling thread holds the shared side.
     var isHeldByCurrentThread: Bool { state >> 1 > 0 }
+
+    /// Runs `body`, the caller's code inside the read transaction `handle` on this thread, with
+    /// `handle` as the thread's enclosing read: a read nested in it that cannot adopt another
+    /// process's larger map (that waits for this very read to end) is answered from it.
+    func withEnclosingRead<R>(_ handle: TransactionHandle, _ body: () throws -> R) rethrows -> R {
+        let previous = pthread_getspecific(enclosingReadKey)
+        _ = pthread_setspecific(enclosingReadKey, UnsafeRawPointer(handle))  // Fails only for lack of memory.
+        defer { _ = pthread_setspecific(enclosingReadKey, previous) }
+        return try body()
+    }
+
+    /// The calling thread's innermost enclosing read (see ``withEnclosingRead(_:_:)``), if any.
+    var enclosingRead: TransactionHandle? { pthread_getspecific(enclosingReadKey).map { OpaquePointer($0) } }
 
     /// Whether the calling thread is inside a write transaction.
     var isWritingOnCurrentThread: Bool { state & 1 == 1 }

@@ -100,7 +100,12 @@ final class ExternalWatcher: @unchecked Sendable {
     /// commit that a new snapshot does not see yet, so that the caller checks again soon.
     private func check() -> Bool {
         let latest = core.environment.info().lastTransactionID
-        guard latest != lastTransaction else { return true }
+        guard latest != lastTransaction else {
+            // A key observer registered inside `read { }` that waits for records to be read
+            // again (see `ObserverRegistry.register`); its registration woke this thread.
+            if core.observers.hasReplay { core.observers.deliver(upTo: lastSequence, core: core) }
+            return true
+        }
         do {
             // The meta page can show a commit a moment before new readers see it, so count what
             // the snapshot shows; a commit not yet visible is seen on the next check.

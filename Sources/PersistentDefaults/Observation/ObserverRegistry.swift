@@ -68,11 +68,16 @@ final class ObserverRegistry: Sendable {
         var isDelivering = false
         /// Observed keys must be compared with the store (records missing, or an unlogged write).
         var needsComparing = false
+        /// Records after this sequence must be read again for key observers that start before
+        /// `dispatched` (see `register`); the others have them already.
+        var replayFrom: UInt64?
         var watcher: ExternalWatcher?
         var isClosed = false
         /// What to run when the store closes (see `onClose`), by ID.
         var closeActions: [UInt64: @Sendable () -> Void] = [:]
         var isEmpty: Bool { keys.isEmpty && commitObservers.isEmpty && prefixes.isEmpty }
+        /// Whether a delivery has something to do.
+        var hasWork: Bool { delivered < target || needsComparing || replayFrom != nil }
         /// How many observers are registered, kept as they come and go.
         var observerCount = 0
         /// For each wake-up bit, how many observed key names have it: a removal finds the bits
@@ -139,7 +144,7 @@ final class ObserverRegistry: Sendable {
         /// full delivery runs). Returns whether it passed it.
         mutating func passUnobserved(_ record: CommitRecord) -> Bool {
             let sequence = record.sequence
-            guard !isDelivering, !needsComparing, delivered &+ 1 == sequence, target <= sequence,
+            guard !isDelivering, !needsComparing, replayFrom == nil, delivered &+ 1 == sequence, target <= sequence,
                 commitObservers.isEmpty
             else { return false }
             // With no key or prefix observer no name can match: the names are not even read.
@@ -235,12 +240,21 @@ final class ObserverRegistry: Sendable {
         var bytes: [UInt8]?
         var sequence: UInt64
         var transactionID: Int
+        /// Read from the snapshot of an enclosing `read { }` (see `Environment.withRead`).
+        var isEnclosingSnapshot: Bool
     }
 
     /// Reads a snapshot and inserts the observer at it, once no delivery has passed it; reads
     /// again otherwise. A failed read is reported and the observer starts at the registry's
     /// position with an unknown baseline, set by a comparison with the store at the next
     /// delivery (it never replays old history).
+    ///
+    /// Inside `read { }`, after another process grew the map, the read is answered from that
+    /// scope's snapshot, which reading again would not move. A key observer then starts at that
+    /// snapshot, and the records that delivery has passed since are read again for it, by the
+    /// watcher, once the scope has ended and the map is adopted (`replayFrom`): it misses no
+    /// change after the value it started from. Commit and prefix observers need no baseline:
+    /// they get the records after those already delivered.
     ///
     /// `bits` are the wake-up bits (see `WakeChannel`) that other processes' commits must carry
     /// to wake this process's watcher for the new observer.
@@ -268,14 +282,19 @@ final class ObserverRegistry: Sendable {
                 start = try core.environment.withRead { transaction in
                     Start(
                         bytes: try name.flatMap { try core.encodedValue(named: $0, in: transaction) },
-                        sequence: try core.lastSequence(in: transaction), transactionID: transaction.id)
+                        sequence: try core.lastSequence(in: transaction), transactionID: transaction.id,
+                        isEnclosingSnapshot: transaction.isEnclosingSnapshot)
                 }
             } catch {
                 core.reporter.reportOnce(error)
                 start = nil
             }
+            var replays = false
             let id = state.withLock { state -> UInt64? in
-                if let start, state.dispatched > start.sequence { return nil }  // Delivery passed it: read again.
+                if let start, state.dispatched > start.sequence {
+                    guard start.isEnclosingSnapshot else { return nil }  // Delivery passed it: read again.
+                    replays = name != nil
+                }
                 if state.isEmpty, let start {
                     state.delivered = max(state.delivered, start.sequence)
                     state.dispatched = max(state.dispatched, start.sequence)
@@ -283,6 +302,7 @@ final class ObserverRegistry: Sendable {
                 if start == nil { state.needsComparing = true }
                 state.nextID += 1
                 insert(&state, state.nextID, start)
+                if replays, let start { state.replayFrom = min(state.replayFrom ?? .max, start.sequence) }
                 state.observerCount += 1
                 if state.watcher == nil, !state.isClosed {
                     state.watcher = ExternalWatcher(
@@ -291,6 +311,8 @@ final class ObserverRegistry: Sendable {
                 }
                 return state.nextID
             }
+            // The watcher delivers the replay: this thread cannot read past its enclosing snapshot.
+            if replays { waiter.wake() }
             if let id { return id }
         }
     }
@@ -379,7 +401,8 @@ final class ObserverRegistry: Sendable {
     func pass(through sequence: UInt64, core: StoreCore) -> Bool {
         guard let channel = core.environment.wakeChannel, let waiter = waiterIfClaimed else { return false }
         return state.withLock { state in
-            guard !state.isDelivering, !state.needsComparing, state.delivered == state.target else { return false }
+            guard !state.isDelivering, !state.needsComparing, state.replayFrom == nil, state.delivered == state.target
+            else { return false }
             guard sequence > state.delivered else { return true }
             guard channel.noneAnnounced(meeting: waiter.bits, after: state.delivered, through: sequence) else {
                 return false
@@ -391,6 +414,9 @@ final class ObserverRegistry: Sendable {
             return true
         }
     }
+
+    /// Whether records wait to be read again for key observers that start before them.
+    var hasReplay: Bool { state.withLock { $0.replayFrom != nil } }
 
     /// Called after a local commit: delivers `record` and anything before it not yet delivered.
     func didCommit(_ record: CommitRecord, core: StoreCore) {
@@ -411,7 +437,7 @@ final class ObserverRegistry: Sendable {
         let starts = state.withLock { state in
             state.target = max(state.target, sequence)
             if compare { state.needsComparing = true }
-            guard !state.isDelivering, state.delivered < state.target || state.needsComparing else { return false }
+            guard !state.isDelivering, state.hasWork else { return false }
             state.isDelivering = true
             return true
         }
@@ -447,12 +473,14 @@ final class ObserverRegistry: Sendable {
     /// What to deliver next, or nil (and delivery ends) when everything known is delivered.
     private func nextWork() -> Work? {
         state.withLock { state in
-            guard state.delivered < state.target || state.needsComparing else {
+            guard state.hasWork else {
                 state.isDelivering = false
                 return nil
             }
-            defer { state.needsComparing = false }
-            return Work(from: state.delivered, target: state.target, compare: state.needsComparing)
+            defer { (state.needsComparing, state.replayFrom) = (false, nil) }
+            return Work(
+                from: min(state.delivered, state.replayFrom ?? .max), target: state.target,
+                compare: state.needsComparing)
         }
     }
 
@@ -489,6 +517,9 @@ final class ObserverRegistry: Sendable {
         let sequence = record.sequence
         let (keyCalls, prefixCalls, commitCalls) = state.withLock {
             state -> ([Call], [(CommitObserver, [Int])], [CommitObserver]) in
+            // A record read again for key observers that start before it (see `register`):
+            // every commit and prefix observer has it already.
+            let isReplay = sequence <= state.dispatched
             state.dispatched = max(state.dispatched, sequence)
             var calls: [Call] = []
             // Per prefix observer: the indices of the record's changes under its prefix.
@@ -498,7 +529,7 @@ final class ObserverRegistry: Sendable {
                 if state.keys[name] != nil {
                     calls += Self.advance(&state.keys[name], to: change.encodedValue, at: sequence, after: sequence - 1)
                 }
-                guard !state.prefixLengths.isEmpty else { continue }
+                guard !isReplay, !state.prefixLengths.isEmpty else { continue }
                 for length in state.prefixLengths.keys where length <= name.count {
                     guard let observers = state.prefixes[Array(name[..<length])] else { continue }
                     for (id, observer) in observers where observer.position < sequence {
@@ -507,7 +538,7 @@ final class ObserverRegistry: Sendable {
                 }
             }
             let prefixCalls = matches.sorted { $0.key < $1.key }.map { ($0.value.observer, $0.value.changes) }
-            return (calls, prefixCalls, state.commitObservers.values.filter { $0.position < sequence })
+            return (calls, prefixCalls, isReplay ? [] : state.commitObservers.values.filter { $0.position < sequence })
         }
         for call in keyCalls { call.run() }
         for (observer, changes) in prefixCalls where observer.activity.isActive.load(ordering: .acquiring) {
