@@ -73,7 +73,7 @@ extension EtcdCluster {
 /// Waits until `condition` holds, checking it every 10 ms, for at most `timeout`; records an
 /// issue and throws when it never does.
 func waitUntil(
-    _ what: String, timeout: Duration = .seconds(10), sourceLocation: SourceLocation = #_sourceLocation,
+    _ what: String, timeout: Duration = .seconds(60), sourceLocation: SourceLocation = #_sourceLocation,
     _ condition: () throws -> Bool
 ) async throws {
     let deadline = ContinuousClock.now + timeout

@@ -14,11 +14,11 @@ extension PersistentDefaults.Keys {
 /// Fast timings for tests: short pauses, a 300 ms consistency check.
 private func testOptions() -> EtcdMirror.Options {
     var options = EtcdMirror.Options()
-    options.requestTimeout = .seconds(10)
+    options.requestTimeout = .seconds(30)
     options.connectTimeout = .milliseconds(500)
     options.maxBackoff = .milliseconds(200)
     options.consistencyCheckInterval = .seconds(3600)
-    options.startTimeout = .seconds(10)
+    options.startTimeout = .seconds(60)
     return options
 }
 

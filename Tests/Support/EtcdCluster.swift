@@ -96,7 +96,7 @@ public final class EtcdCluster: @unchecked Sendable {
     public func endpoint(_ index: Int) -> String { lock.withLock { members[index].endpoint } }
 
     /// Waits until member `index` serves a linearizable read (10 s at most).
-    public func waitUntilServing(_ index: Int, timeout: Double = 10) throws {
+    public func waitUntilServing(_ index: Int, timeout: Double = 60) throws {
         let deadline = Date(timeIntervalSinceNow: timeout)
         var last = try etcdctl(member: index, "get", "/")
         while !last.exitedNormally || last.status != 0 {
