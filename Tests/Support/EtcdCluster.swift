@@ -36,7 +36,7 @@ public final class EtcdCluster: @unchecked Sendable {
     private let lock = NSLock()
     private var members: [Member] = []
 
-    /// Starts `size` members forming one cluster and waits (10 s at most) until each answers.
+    /// Starts `size` members forming one cluster and waits (60 s at most) until each answers.
     public init(size: Int = 1) throws {
         guard Self.executable != nil, Self.control != nil else {
             throw EtcdTestError(
@@ -45,10 +45,22 @@ public final class EtcdCluster: @unchecked Sendable {
         }
         directory = temporaryPath("pd-etcd")
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let ports = try freePorts(2 * size)
-        members = (0..<size).map { Member(name: "m\($0)", clientPort: ports[2 * $0], peerPort: ports[2 * $0 + 1]) }
-        for index in members.indices { try start(index) }
-        for index in members.indices { try waitUntilServing(index) }
+        // A port chosen free can be taken by another process (another test's etcd, an outgoing
+        // connection) before the member binds it: then start again on other ports.
+        for attempt in 1... {
+            let ports = try freePorts(2 * size)
+            members = (0..<size).map { Member(name: "m\($0)", clientPort: ports[2 * $0], peerPort: ports[2 * $0 + 1]) }
+            do {
+                for index in members.indices { try start(index) }
+                for index in members.indices { try waitUntilServing(index) }
+                return
+            } catch let error as EtcdTestError where attempt < 3 && error.description.contains("address already in use")
+            {
+                for index in members.indices { kill(index) }
+                try? FileManager.default.removeItem(atPath: directory)
+                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            }
+        }
     }
 
     deinit {
@@ -95,13 +107,14 @@ public final class EtcdCluster: @unchecked Sendable {
     /// Member `index`'s client URL.
     public func endpoint(_ index: Int) -> String { lock.withLock { members[index].endpoint } }
 
-    /// Waits until member `index` serves a linearizable read (10 s at most).
+    /// Waits until member `index` serves a linearizable read (60 s at most).
     public func waitUntilServing(_ index: Int, timeout: Double = 60) throws {
         let deadline = Date(timeIntervalSinceNow: timeout)
         var last = try etcdctl(member: index, "get", "/")
         while !last.exitedNormally || last.status != 0 {
-            guard Date() < deadline else {
-                let log = lock.withLock { members[index].child?.text } ?? "(not running)"
+            let log = lock.withLock { members[index].child?.text } ?? "(not running)"
+            // A member that could not bind its port has exited: no need to wait out the time.
+            guard Date() < deadline, !log.contains("address already in use") else {
                 throw EtcdTestError(
                     "etcd member \(index) did not serve within \(timeout) s: \(last.output)\n\(log.suffix(2000))")
             }
