@@ -139,6 +139,10 @@ public final class PersistentDefaults: Sendable {
     /// ```swift
     /// let (count, frame) = try store.read { ($0[.launchCount], $0[.frame]) }
     /// ```
+    ///
+    /// Do not wait in `body` for another thread that reads this store: if another process grew
+    /// the map meanwhile, that thread waits for `body` to end. Reads in `body` that do not go
+    /// through the snapshot then see the snapshot's commit (<doc:TransactionsAndSnapshots>).
     public func read<R>(_ body: (Snapshot) throws -> R) throws -> R {
         try core.environment.withRead(runsUserCode: true) { transaction in
             let snapshot = Snapshot(core: core, transaction: transaction)
