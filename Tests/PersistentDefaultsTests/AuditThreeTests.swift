@@ -1,0 +1,124 @@
+import Foundation
+import PDTestSupport
+import PersistentDefaults
+import Synchronization
+import Testing
+
+/// Defects found by the third concurrency audit (each test failed before its fix).
+@Suite(.serialized) struct AuditThreeTests {
+    static let counter = PersistentDefaults.Key<Int>("counter", default: 0)
+
+    /// Stores whose delivery never ended (a failed run): kept open, since closing one would wait
+    /// for that delivery for ever.
+    nonisolated(unsafe) static var leaked: [AnyObject] = []
+
+    private func growTheMapFromAnotherProcess(_ path: String) throws {
+        let result = try runFixture(["set-bytes", path, "blob", "\(4 << 20)"])
+        #expect(result.status == 0, "\(result.output)")
+    }
+
+    private func setFromAnotherProcess(_ path: String, _ name: String, _ value: Int) throws {
+        let result = try runFixture(["set-int", path, name, "\(value)"])
+        #expect(result.status == 0, "\(result.output)")
+    }
+
+    /// A thread sets a key inside `read { }` and delivers that commit itself (its observer's
+    /// callback runs on it). Meanwhile another thread commits (the delivering thread takes that
+    /// delivery over) and another process grows the map. The delivering thread then reads the log
+    /// for the other thread's commit: the read cannot begin (`MDB_MAP_RESIZED`), so it is answered
+    /// from the enclosing `read { }` snapshot, which holds neither commit; delivery never advances
+    /// and `nextWork` hands out the same work for ever: the thread spins, `set` never returns, its
+    /// `read { }` never ends, and every other reader of the store waits to adopt the map.
+    @Test func aDeliveryInsideReadAfterAnotherProcessGrewTheMapEnds() throws {
+        try withTemporaryDirectory { path throws in
+            var options = PersistentDefaults.Options()
+            options.durability = .bounded(interval: .seconds(10))
+            let log = ErrorLog()
+            options.errorHandler = { log.append($0) }
+            let store = try PersistentDefaults(path: path, options: options)
+            store[Self.counter] = 1
+            let seen = Events<String>()
+            let inCallback = DispatchSemaphore(value: 0)
+            let release = DispatchSemaphore(value: 0)
+            let token = store.observe(Self.counter) { change in
+                seen.append("\(change.oldValue)→\(change.newValue)")
+                if change.newValue == 2 {
+                    inCallback.signal()
+                    _ = release.wait(timeout: .now() + 30)
+                }
+            }
+            let done = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                do {
+                    try store.read { _ in try store.set(2, for: Self.counter) }
+                } catch {
+                    Issue.record("set inside read: \(error)")
+                }
+                done.signal()
+            }
+            #expect(inCallback.wait(timeout: .now() + 10) == .success)
+            // The other thread delivers: this commit's delivery is left to it.
+            try store.set(3, for: Self.counter)
+            try growTheMapFromAnotherProcess(path)
+            release.signal()
+            let ended = done.wait(timeout: .now() + 10) == .success
+            #expect(ended, "set inside read { } never returned: its delivery loops on the enclosing snapshot")
+            guard ended else {
+                Self.leaked += [store as AnyObject, token]
+                return
+            }
+            #expect(seen.wait(forCount: 2))
+            #expect(seen.all == ["1→2", "2→3"])
+            #expect(log.all.isEmpty, "\(log.all)")
+            token.cancel()
+        }
+    }
+
+    /// A key observer registered inside `read { }` after another process grew the map starts at
+    /// the scope's snapshot and must get every change after it, each once, in order. While the
+    /// registration happens, the watcher is in the middle of a batch of records (blocked in another
+    /// observer's callback for the first one). The rest of that batch is dispatched to the new
+    /// observer too, from its old baseline: it gets one merged change (3→5) instead of 3→4 and
+    /// 4→5, and the replay that follows skips those records for it (its position has moved).
+    @Test func aKeyObserverRegisteredInsideReadGetsEachChangeOnce() throws {
+        try withTemporaryStore { store, path, log throws in
+            store[Self.counter] = 1
+            let firstSeen = Events<Int>()
+            let reached = [3: DispatchSemaphore(value: 0), 4: DispatchSemaphore(value: 0)]
+            let release = [3: DispatchSemaphore(value: 0), 4: DispatchSemaphore(value: 0)]
+            let first = store.observe(Self.counter) { change in
+                firstSeen.append(change.newValue)
+                if let reached = reached[change.newValue] {
+                    reached.signal()
+                    _ = release[change.newValue]!.wait(timeout: .now() + 30)
+                }
+            }
+            try setFromAnotherProcess(path, "counter", 3)
+            // The watcher is in the first observer's callback for 3.
+            #expect(reached[3]!.wait(timeout: .now() + 10) == .success)
+            let late = Events<String>()
+            var lateToken: ObservationToken?
+            try store.read { snapshot in
+                #expect(snapshot[Self.counter] == 3)
+                try setFromAnotherProcess(path, "counter", 4)
+                try setFromAnotherProcess(path, "counter", 5)
+                release[3]!.signal()
+                // The watcher read 4 and 5 in one batch and is in the callback for 4.
+                #expect(reached[4]!.wait(timeout: .now() + 10) == .success)
+                try growTheMapFromAnotherProcess(path)
+                lateToken = store.observe(Self.counter) { change in
+                    late.append("\(change.oldValue)→\(change.newValue)")
+                }
+            }
+            release[4]!.signal()
+            try setFromAnotherProcess(path, "counter", 8)
+            #expect(firstSeen.wait(forCount: 4))
+            #expect(firstSeen.all == [3, 4, 5, 8])
+            _ = late.wait(forCount: 3, timeout: 5)
+            #expect(late.all == ["3→4", "4→5", "5→8"])
+            #expect(log.all.isEmpty, "\(log.all)")
+            first.cancel()
+            lateToken?.cancel()
+        }
+    }
+}
