@@ -37,6 +37,10 @@ final class ObserverRegistry: Sendable {
         var baseline: Baseline
         /// The sequence the baseline is as of; only later records are delivered.
         var position: UInt64
+        /// Registered inside `read { }` at a snapshot that delivery had passed (see `register`):
+        /// left out of delivery until the records after its position are read again for it, so
+        /// that the rest of a batch already under way does not skip the ones before.
+        var awaitsReplay = false
         let activity: Activity
         let handler: @Sendable (_ old: [UInt8]?, _ new: [UInt8]?, _ sequence: UInt64) -> Void
     }
@@ -71,6 +75,8 @@ final class ObserverRegistry: Sendable {
         /// Records after this sequence must be read again for key observers that start before
         /// `dispatched` (see `register`); the others have them already.
         var replayFrom: UInt64?
+        /// The names of the key observers that await the replay (`KeyObserver.awaitsReplay`).
+        var replayNames: Set<[UInt8]> = []
         var watcher: ExternalWatcher?
         var isClosed = false
         /// What to run when the store closes (see `onClose`), by ID.
@@ -192,9 +198,12 @@ final class ObserverRegistry: Sendable {
         let id = register(core: core, readingKey: name, wakingOn: bit) {
             state, id, start in
             let baseline: Baseline = start.map { .known($0.bytes) } ?? .unknown
+            let position = start?.sequence ?? state.dispatched
+            let awaitsReplay = position < state.dispatched
+            if awaitsReplay { state.replayNames.insert(name) }
             state.insert(
                 KeyObserver(
-                    baseline: baseline, position: start?.sequence ?? state.dispatched, activity: activity,
+                    baseline: baseline, position: position, awaitsReplay: awaitsReplay, activity: activity,
                     handler: handler),
                 id: id, name: name, bit: bit)
             registered(start?.bytes)
@@ -415,8 +424,9 @@ final class ObserverRegistry: Sendable {
         }
     }
 
-    /// Whether records wait to be read again for key observers that start before them.
-    var hasReplay: Bool { state.withLock { $0.replayFrom != nil } }
+    /// Whether delivery work waits with no thread delivering: records to read again for key
+    /// observers that start before them, or work that a thread inside `read { }` put back.
+    var hasReplay: Bool { state.withLock { !$0.isDelivering && $0.hasWork } }
 
     /// Called after a local commit: delivers `record` and anything before it not yet delivered.
     func didCommit(_ record: CommitRecord, core: StoreCore) {
@@ -450,6 +460,17 @@ final class ObserverRegistry: Sendable {
                 } else {
                     try deliverFromStore(after: work.from, compare: work.compare, core: core)
                 }
+            } catch is EnclosingSnapshot {
+                // This thread is inside `read { }` and another process grew the map: it cannot
+                // read past its scope's snapshot until the scope ends. The work is put back for
+                // the watcher, which reads once the map is adopted.
+                state.withLock { state in
+                    if work.from < state.delivered { state.replayFrom = min(state.replayFrom ?? .max, work.from) }
+                    if work.compare { state.needsComparing = true }
+                    state.isDelivering = false
+                }
+                waiterIfClaimed?.wake()
+                return
             } catch {
                 // The store could not be read: report, and compare at the next delivery, which
                 // any later commit starts, instead of retrying now. Not when the store is
@@ -463,6 +484,9 @@ final class ObserverRegistry: Sendable {
             }
         }
     }
+
+    /// A delivery's read was answered from this thread's enclosing `read { }` snapshot.
+    private struct EnclosingSnapshot: Error {}
 
     private struct Work {
         var from: UInt64
@@ -478,6 +502,15 @@ final class ObserverRegistry: Sendable {
                 return nil
             }
             defer { (state.needsComparing, state.replayFrom) = (false, nil) }
+            if state.replayFrom != nil {
+                // The replay begins: its observers take part from its first record on.
+                for name in state.replayNames {
+                    guard var observers = state.keys[name] else { continue }
+                    for id in observers.keys { observers[id]?.awaitsReplay = false }
+                    state.keys[name] = observers
+                }
+                state.replayNames = []
+            }
             return Work(
                 from: min(state.delivered, state.replayFrom ?? .max), target: state.target,
                 compare: state.needsComparing)
@@ -498,6 +531,8 @@ final class ObserverRegistry: Sendable {
         let names = observedKeys
         logReads.add(1, ordering: .relaxed)
         let batch = try core.environment.withRead { transaction in
+            // The snapshot of an enclosing `read { }` is older than what delivery has passed.
+            guard !transaction.isEnclosingSnapshot else { throw EnclosingSnapshot() }
             let log = try core.readLog(after: from, in: transaction)
             let values =
                 compare || log.isIncomplete
@@ -585,7 +620,7 @@ final class ObserverRegistry: Sendable {
     ) -> [Call] {
         guard var all = observers else { return [] }
         var calls: [Call] = []
-        for (id, observer) in all where observer.position <= limit {
+        for (id, observer) in all where observer.position <= limit && !observer.awaitsReplay {
             var moved = observer
             moved.baseline = .known(bytes)
             moved.position = sequence
