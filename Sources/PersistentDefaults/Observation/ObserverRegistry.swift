@@ -424,9 +424,9 @@ final class ObserverRegistry: Sendable {
         }
     }
 
-    /// Whether delivery work waits with no thread delivering: records to read again for key
-    /// observers that start before them, or work that a thread inside `read { }` put back.
-    var hasReplay: Bool { state.withLock { !$0.isDelivering && $0.hasWork } }
+    /// Whether records wait to be read again for key observers that start before them, or from
+    /// where a thread inside `read { }` left its delivery (see `deliver`).
+    var hasReplay: Bool { state.withLock { $0.replayFrom != nil } }
 
     /// Called after a local commit: delivers `record` and anything before it not yet delivered.
     func didCommit(_ record: CommitRecord, core: StoreCore) {
@@ -463,9 +463,10 @@ final class ObserverRegistry: Sendable {
             } catch is EnclosingSnapshot {
                 // This thread is inside `read { }` and another process grew the map: it cannot
                 // read past its scope's snapshot until the scope ends. The work is put back for
-                // the watcher, which reads once the map is adopted.
+                // the watcher, which reads once the map is adopted (`replayFrom` makes it deliver
+                // even when it sees no new commit; `from` is `delivered` unless a replay).
                 state.withLock { state in
-                    if work.from < state.delivered { state.replayFrom = min(state.replayFrom ?? .max, work.from) }
+                    state.replayFrom = min(state.replayFrom ?? .max, work.from)
                     if work.compare { state.needsComparing = true }
                     state.isDelivering = false
                 }
