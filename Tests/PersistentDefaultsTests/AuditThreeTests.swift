@@ -121,4 +121,61 @@ import Testing
             lateToken?.cancel()
         }
     }
+    /// The replay of a key observer registered inside `read { }` (after another process grew
+    /// the map) is taken by the thread that registers it when that thread is delivering: here a
+    /// callback of its own (second) commit, made in the scope before the growth. That delivery reads the
+    /// records to replay from the enclosing snapshot, which does not hold them, clears
+    /// `replayFrom` and ends: the observer never gets the change it started before (1→2), and
+    /// its next change arrives with the wrong old value (1→5).
+    @Test func aReplayTakenInsideTheScopeIsNotLost() throws {
+        try withTemporaryDirectory { path throws in
+            var options = PersistentDefaults.Options()
+            options.durability = .bounded(interval: .seconds(10))
+            let log = ErrorLog()
+            options.errorHandler = { log.append($0) }
+            let store = try PersistentDefaults(path: path, options: options)
+            store[Self.counter] = 1
+            let inCallback = DispatchSemaphore(value: 0)
+            let grown = DispatchSemaphore(value: 0)
+            let late = Events<String>()
+            let lateToken = Guarded<ObservationToken?>(nil)
+            let token = store.observe(Self.counter) { change in
+                guard change.newValue == 2 else { return }
+                inCallback.signal()
+                _ = grown.wait(timeout: .now() + 30)
+                let observation = store.observe(Self.counter) { change in
+                    late.append("\(change.oldValue)→\(change.newValue)")
+                }
+                lateToken.withLock { $0 = observation }
+            }
+            let done = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                do {
+                    try store.read { _ in
+                        // Two commits in the scope: the replay spans more than the commit in hand.
+                        try store.set(1, for: PersistentDefaults.Key<Int>("other", default: 0))
+                        try store.set(2, for: Self.counter)
+                    }
+                } catch {
+                    Issue.record("set inside read: \(error)")
+                }
+                done.signal()
+            }
+            #expect(inCallback.wait(timeout: .now() + 10) == .success)
+            try growTheMapFromAnotherProcess(path)
+            grown.signal()
+            let ended = done.wait(timeout: .now() + 10) == .success
+            #expect(ended)
+            guard ended else {
+                Self.leaked += [store as AnyObject, token]
+                return
+            }
+            try setFromAnotherProcess(path, "counter", 5)
+            _ = late.wait(forCount: 2, timeout: 5)
+            #expect(late.all == ["1→2", "2→5"])
+            #expect(log.all.isEmpty, "\(log.all)")
+            token.cancel()
+            lateToken.withLock { $0?.cancel() }
+        }
+    }
 }
