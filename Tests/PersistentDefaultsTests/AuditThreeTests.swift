@@ -178,4 +178,55 @@ import Testing
             lateToken.withLock { $0?.cancel() }
         }
     }
+    /// Stress: threads open and close handles of one path (the last close closes the store)
+    /// while each observes, commits and reads, and another process writes. Every observer sees
+    /// its key's changes in sequence order; no error is reported; nothing hangs.
+    @Test func openingAndClosingOnePathFromManyThreadsWhileObserving() throws {
+        try withTemporaryDirectory { path throws in
+            let errors = Guarded<[String]>([])
+            let options = {
+                var options = PersistentDefaults.Options()
+                options.durability = .bounded(interval: .milliseconds(5))
+                options.errorHandler = { error in errors.withLock { $0.append("\(error)") } }
+                return options
+            }()
+            do { _ = try PersistentDefaults(path: path, options: options) }
+            let writer = try ChildProcess(fixture: ["set-loop", path, "1"])
+            defer { _ = writer.kill() }
+            #expect(writer.wait(for: "ack 0 20"))
+            let problems = Guarded<[String]>([])
+            let deadline = Date().addingTimeInterval(8)
+            let finished = DispatchGroup()
+            for thread in 0..<4 {
+                finished.enter()
+                Thread.detachNewThread {
+                    defer { finished.leave() }
+                    let key = PersistentDefaults.Key<Int>("t\(thread)", default: 0)
+                    var round = 0
+                    while Date() < deadline {
+                        round += 1
+                        do {
+                            let store = try PersistentDefaults(path: path, options: options)
+                            let sequences = Guarded<[UInt64]>([])
+                            let token = store.observe(key) { change in sequences.withLock { $0.append(change.sequence) } }
+                            let k0 = store.observe(PersistentDefaults.Key<Int>("k0", default: 0)) { _ in }
+                            for value in 0..<5 { try store.set(round * 10 + value, for: key) }
+                            _ = try store.read { $0[key] }
+                            let seen = sequences.withLock { $0 }
+                            if seen != seen.sorted() || Set(seen).count != seen.count {
+                                problems.withLock { $0.append("thread \(thread) round \(round): \(seen)") }
+                            }
+                            token.cancel()
+                            if round % 2 == 0 { k0.cancel() }
+                        } catch {
+                            problems.withLock { $0.append("thread \(thread): \(error)") }
+                        }
+                    }
+                }
+            }
+            #expect(finished.wait(timeout: .now() + 60) == .success, "a thread hung")
+            #expect(problems.withLock { $0 }.isEmpty, "\(problems.withLock { $0.prefix(5) })")
+            #expect(errors.withLock { $0 }.isEmpty, "\(errors.withLock { $0.prefix(5) })")
+        }
+    }
 }
