@@ -512,9 +512,11 @@ final class ObserverRegistry: Sendable {
                 }
                 state.replayNames = []
             }
+            // A replay also compares: a change that no record holds (a client that bypasses the
+            // log), compared for the others while its observers waited, reaches them too.
             return Work(
                 from: min(state.delivered, state.replayFrom ?? .max), target: state.target,
-                compare: state.needsComparing)
+                compare: state.needsComparing || state.replayFrom != nil)
         }
     }
 
