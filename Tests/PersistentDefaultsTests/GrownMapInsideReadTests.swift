@@ -91,4 +91,18 @@ import Testing
             for token in lateTokens { token.cancel() }
         }
     }
+
+    /// Each store keeps two thread-local keys (`pthread_key_create`). With none left (past
+    /// `PTHREAD_KEYS_MAX`, about 500 stores open in one process) the open throws instead of
+    /// sharing another key (a failed create left the variable holding the previous key, so two
+    /// per-thread states aliased), and works again once keys are free. In a child process: the
+    /// keys are taken from the whole process.
+    @Test func anOpenWithoutFreeThreadKeysThrowsAndLaterOpensWork() throws {
+        try withTemporaryDirectory { path in
+            let result = try runFixture(["open-without-thread-keys", path])
+            #expect(result.status == 0, "\(result.output)")
+            #expect(result.output.contains("open: pthread_key_create failed"), "\(result.output)")
+            #expect(result.output.contains("again: 1"), "\(result.output)")
+        }
+    }
 }

@@ -107,7 +107,7 @@ final class Environment: @unchecked Sendable {
     init(_ configuration: EnvironmentConfiguration) throws(PersistentDefaultsError) {
         self.configuration = configuration
         readerSlots = ReaderSlots(maxReaders: configuration.maxReaders)
-        gate = TransactionGate(slots: readerSlots)
+        gate = try TransactionGate(slots: readerSlots)
         do {
             handle = try Self.open(configuration, lockless: false)
             isLockless = false

@@ -55,7 +55,21 @@ final class TransactionGate: @unchecked Sendable {
     /// see ``withEnclosingRead(_:_:)``.
     private let enclosingReadKey: pthread_key_t
 
-    init(slots: ReaderSlots) {
+    /// Throws when the thread-local keys cannot be made: past `PTHREAD_KEYS_MAX` (1,024 on
+    /// Linux) keys in the process, about 500 stores open at once. A failed key must not be used:
+    /// its variable would still hold another key, and two states would share it.
+    init(slots: ReaderSlots) throws(PersistentDefaultsError) {
+        var keys: [pthread_key_t] = []
+        for _ in 0..<2 {
+            var key: pthread_key_t = 0
+            let code = pthread_key_create(&key, nil)
+            guard code == 0 else {
+                for made in keys { pthread_key_delete(made) }
+                throw .lmdb(code: LMDBResultCode(rawValue: code), operation: "pthread_key_create")
+            }
+            keys.append(key)
+        }
+        (threadState, enclosingReadKey) = (keys[0], keys[1])
         self.slots = slots
         lock = .allocate(capacity: 1)
         // The default (reader-preferring) kind: a thread may take the shared side again while it
@@ -63,11 +77,6 @@ final class TransactionGate: @unchecked Sendable {
         _ = pthread_rwlock_init(lock, nil)  // Only fails for lack of memory.
         turnstile = .allocate(capacity: 1)
         _ = pthread_mutex_init(turnstile, nil)  // Cannot fail with default attributes on Linux.
-        var key: pthread_key_t = 0
-        _ = pthread_key_create(&key, nil)  // Fails only past PTHREAD_KEYS_MAX keys.
-        threadState = key
-        _ = pthread_key_create(&key, nil)  // Fails only past PTHREAD_KEYS_MAX keys.
-        enclosingReadKey = key
     }
 
     deinit {

@@ -21,6 +21,9 @@ import PersistentDefaults
 //                                          until a write fails; prints "wrote N" and "error: …"
 //   pd-fixture probe-read-only DIR KEY     opens read-only, prints the Int KEY, then tries a write
 //                                          and a writable open; prints what each did
+//   pd-fixture open-without-thread-keys DIR  takes every free pthread key, tries to open DIR
+//                                          ("open: …"), frees the keys, opens it again and sets
+//                                          "k" to 1 ("again: …")
 //
 //   pd-fixture create-and-vanish DIR       creates a `.bounded` store and ends with _exit (no
 //                                          exit handlers, no close)
@@ -135,6 +138,8 @@ func run(_ arguments: [String]) -> ToolExitCode {
             try watch(path: arguments[1], count: count, keys: Array(arguments[3...]))
         case ("probe-read-only", 3):
             probeReadOnly(path: arguments[1], key: arguments[2])
+        case ("open-without-thread-keys", 2):
+            openWithoutThreadKeys(path: arguments[1])
         case (_, 4):
             return try simple(arguments)
         default:
@@ -298,6 +303,26 @@ func mapUnderLimit(path: String) -> ToolExitCode {
         return .storeError
     }
     return .success
+}
+
+func openWithoutThreadKeys(path: String) {
+    var taken: [pthread_key_t] = []
+    var key: pthread_key_t = 0
+    while pthread_key_create(&key, nil) == 0 { taken.append(key) }
+    do {
+        _ = try PersistentDefaults(path: path, options: options())
+        say("open: succeeded")
+    } catch {
+        say("open: \(error)")
+    }
+    for key in taken { pthread_key_delete(key) }
+    do {
+        let store = try PersistentDefaults(path: path, options: options())
+        try store.set(1, for: PersistentDefaults.Key<Int>("k", default: 0))
+        say("again: \(try store.value(for: PersistentDefaults.Key<Int>("k", default: 0)))")
+    } catch {
+        say("again: \(error)")
+    }
 }
 
 func probeReadOnly(path: String, key: String) {

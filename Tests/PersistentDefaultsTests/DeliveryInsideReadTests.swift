@@ -4,13 +4,15 @@ import PersistentDefaults
 import Synchronization
 import Testing
 
-/// Defects found by the third concurrency audit (each test failed before its fix).
-@Suite(.serialized) struct AuditThreeTests {
+/// Delivery and observers on a thread inside `read { }` after another process grew the map, and
+/// handles of one path opened and closed under load (found by the third concurrency audit; the
+/// first three tests failed in every run before their fixes).
+@Suite(.serialized) struct DeliveryInsideReadTests {
     static let counter = PersistentDefaults.Key<Int>("counter", default: 0)
 
     /// Stores whose delivery never ended (a failed run): kept open, since closing one would wait
     /// for that delivery for ever.
-    nonisolated(unsafe) static var leaked: [AnyObject] = []
+    static let leaked = Guarded<[any Sendable]>([])
 
     private func growTheMapFromAnotherProcess(_ path: String) throws {
         let result = try runFixture(["set-bytes", path, "blob", "\(4 << 20)"])
@@ -64,7 +66,7 @@ import Testing
             let ended = done.wait(timeout: .now() + 10) == .success
             #expect(ended, "set inside read { } never returned: its delivery loops on the enclosing snapshot")
             guard ended else {
-                Self.leaked += [store as AnyObject, token]
+                Self.leaked.withLock { $0 += [store, token] }
                 return
             }
             #expect(seen.wait(forCount: 2))
@@ -167,7 +169,7 @@ import Testing
             let ended = done.wait(timeout: .now() + 10) == .success
             #expect(ended)
             guard ended else {
-                Self.leaked += [store as AnyObject, token]
+                Self.leaked.withLock { $0 += [store, token] }
                 return
             }
             try setFromAnotherProcess(path, "counter", 5)
@@ -208,7 +210,8 @@ import Testing
                         do {
                             let store = try PersistentDefaults(path: path, options: options)
                             let sequences = Guarded<[UInt64]>([])
-                            let token = store.observe(key) { change in sequences.withLock { $0.append(change.sequence) } }
+                            let token = store.observe(key) { change in sequences.withLock { $0.append(change.sequence) }
+                            }
                             let k0 = store.observe(PersistentDefaults.Key<Int>("k0", default: 0)) { _ in }
                             for value in 0..<5 { try store.set(round * 10 + value, for: key) }
                             _ = try store.read { $0[key] }
