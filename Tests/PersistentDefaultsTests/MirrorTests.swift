@@ -63,6 +63,29 @@ struct MirrorTests {
         }
     }
 
+    /// `stop()` while `start()` makes its initial copy returns only once the copy has ended: it
+    /// used to return at once, and the copy then committed to the store after it.
+    @Test func aStopDuringTheInitialCopyWaitsForIt() async throws {
+        let etcd = try EtcdCluster()
+        _ = try etcd.put("/fleet/svc/maxConnections", typedInt(300))
+        // Failed in most of the 20 rounds before the fix.
+        for round in 0..<20 {
+            try await withTemporaryDirectoryAsync { path in
+                let store = try PersistentDefaults(path: path)
+                let mirror = try fleetMirror(store, etcd)
+                let starting = Task { try await mirror.start() }
+                let deadline = ContinuousClock.now + .seconds(30)
+                while mirror.state == .idle, ContinuousClock.now < deadline { await Task.yield() }
+                try await mirror.stop()
+                let atStop = try store.lastSequence()
+                let started = (try? await starting.value) != nil
+                #expect(try store.lastSequence() == atStop, "round \(round): a commit after stop() returned")
+                #expect(mirror.state == .stopped)
+                if started { #expect(store[.mirroredMax] == 300) }
+            }
+        }
+    }
+
     @Test func anEtcdTransactionArrivesAsOneCommitAndObserversSeeIt() async throws {
         let etcd = try EtcdCluster()
         try await withTemporaryDirectoryAsync { path in

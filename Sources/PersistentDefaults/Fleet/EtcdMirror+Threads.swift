@@ -51,7 +51,7 @@ extension EtcdMirror {
     }
 
     func startThreads() {
-        status.withLock { $0.threadsStarted = true }
+        guard !stopSignal.isRaised else { return }
         let loops: [(String, @Sendable () -> Void)] = [
             ("watch", { self.watchLoop() }), ("check", { self.checkLoop() }),
         ]

@@ -95,7 +95,7 @@ public final class EtcdMirror: Sendable {
     let status = Locked(Status())
     let wake = WakeHandle()
     let stopSignal = StopSignal()
-    /// Signalled by each of the mirror's threads as it ends.
+    /// Entered by the initial copy and each of the mirror's threads, left as each ends.
     let threadsDone = DispatchGroup()
 
     /// What the mirror's threads and callers share.
@@ -114,6 +114,8 @@ public final class EtcdMirror: Sendable {
         var caughtUp: Int64 = 0
         /// When contact with etcd was last written to `meta`.
         var contactRecorded = ContinuousClock.now
+        /// Whether `start()` began the mirror's work (the initial copy, then the threads), all
+        /// counted in `threadsDone`: `stop()` then waits for it.
         var threadsStarted = false
         /// The index of the endpoint the watch uses or tries next.
         var watchEndpoint = 0
@@ -228,13 +230,27 @@ public final class EtcdMirror: Sendable {
         try status.withLock { status in
             guard status.state == .idle else { throw EtcdMirrorError.notRunning }
             status.state = .starting
+            // The initial copy counts as the mirror's work, which `stop()` waits for: a stop
+            // during the copy must not return before it (it committed to the store after).
+            status.threadsStarted = true
+            threadsDone.enter()
         }
         do {
-            let target = try await EtcdClient.offThread { try self.initialCopy() }
+            let target: Int64
+            do {
+                target = try await EtcdClient.offThread { try self.initialCopy() }
+            } catch {
+                threadsDone.leave()
+                throw error
+            }
+            // The threads join the group before the copy leaves it: a stop never finds it empty
+            // between the two.
             startThreads()
+            threadsDone.leave()
             try await waitUntilApplied(target, timeout: options.startTimeout)
-            status.withLock { status in
-                if status.state == .starting { status.state = .live(revision: status.applied) }
+            try status.withLock { status in
+                guard status.state == .starting else { throw EtcdMirrorError.notRunning }  // Stopped meanwhile.
+                status.state = .live(revision: status.applied)
             }
         } catch {
             try? await stop()
@@ -244,6 +260,10 @@ public final class EtcdMirror: Sendable {
 
     /// Stops following etcd. The local copy keeps the last values, still owned by the mirror
     /// (a new mirror of the same prefixes resumes after the recorded revision).
+    ///
+    /// Returns once the mirror's work has ended — its threads, and the initial copy of a
+    /// ``start()`` in progress (which then throws ``EtcdMirrorError/notRunning``): nothing is
+    /// written to the store after it returns.
     ///
     /// A started mirror runs until this is called: its threads keep it alive, so releasing the
     /// last reference does not stop it.
