@@ -310,25 +310,22 @@ public final class WriteTransaction: StoreView {
         // somebody who asks (an observer, a reader of the record).
         var count = 0
         var mask: UInt64 = 0
-        // Nothing written: not through the initializer, which with capacity 0 stores the count
-        // into the runtime's shared empty array, a data race between two commits without value
-        // changes on different threads (ThreadSanitizer reports it).
-        let section =
-            loggedBytesBound == 0
-            ? []
-            : [UInt8](unsafeUninitializedCapacity: loggedBytesBound) { buffer, initialized in
-                var writer = RawByteWriter(UnsafeMutableRawBufferPointer(buffer))
-                for position in 0..<touched.count {
-                    guard let new = changedValue(at: position) else { continue }
-                    let key = touched.key(at: position)
-                    key.nameBytes.withUnsafeBytes { name in
-                        values.withBytes(of: new) { CommitRecord.appendChange(named: name, value: $0, to: &writer) }
-                    }
-                    count += 1
-                    mask |= WakeChannel.bit(ofNameHash: key.nameHash)
+        // Never capacity 0 (nothing written): the initializer then stores the count into the
+        // runtime's shared empty array, a data race between two commits without value changes
+        // on different threads (ThreadSanitizer reports it).
+        let section = [UInt8](unsafeUninitializedCapacity: max(loggedBytesBound, 1)) { buffer, initialized in
+            var writer = RawByteWriter(UnsafeMutableRawBufferPointer(buffer))
+            for position in 0..<touched.count {
+                guard let new = changedValue(at: position) else { continue }
+                let key = touched.key(at: position)
+                key.nameBytes.withUnsafeBytes { name in
+                    values.withBytes(of: new) { CommitRecord.appendChange(named: name, value: $0, to: &writer) }
                 }
-                initialized = writer.offset
+                count += 1
+                mask |= WakeChannel.bit(ofNameHash: key.nameHash)
             }
+            initialized = writer.offset
+        }
         guard count > 0 || logsWithoutValueChanges else { return nil }
         return try core.appendLog(
             EncodedChanges(bytes: section, count: count), mask: mask, cachedLastSequence: cachedLastSequence,

@@ -216,7 +216,7 @@ final class Environment: @unchecked Sendable {
                 return try readThroughSlot(body)
             } catch RetrySignal.mapResized {
                 if gate.isHeldByCurrentThread, let enclosing = gate.enclosingRead {
-                    return try body(Transaction(handle: enclosing, environment: self, isEnclosingSnapshot: true))
+                    return try body(Transaction(handle: enclosing, environment: self))
                 }
                 try adoptMapSize()
             }

@@ -14,7 +14,10 @@ struct Transaction {
     /// Whether this is the snapshot of an enclosing `read { }` on this thread, lent to a nested
     /// read that could not begin because another process grew the map (see
     /// `Environment.withRead`): it shows that scope's commit, which may not be the newest.
-    var isEnclosingSnapshot = false
+    /// Computed, not stored: a third field made every transaction passed on the write path
+    /// larger (+1.2 % instructions a key of a 1,000-key transaction). A nested read that began
+    /// has a transaction of its own, never the enclosing one.
+    var isEnclosingSnapshot: Bool { environment.gate.enclosingRead == handle }
 
     /// The ID of the snapshot (read) or of the transaction being written. (`mdb_txn_id`)
     var id: Int { mdb_txn_id(handle) }
