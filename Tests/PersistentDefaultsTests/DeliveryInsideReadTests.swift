@@ -9,20 +9,16 @@ import Testing
 /// first three tests failed in every run before their fixes).
 @Suite(.serialized) struct DeliveryInsideReadTests {
     static let counter = PersistentDefaults.Key<Int>("counter", default: 0)
+    /// Bounded durability with a long interval: these tests are about delivery, not syncs.
+    static var bounded: PersistentDefaults.Options {
+        var options = PersistentDefaults.Options()
+        options.durability = .bounded(interval: .seconds(10))
+        return options
+    }
 
     /// Stores whose delivery never ended (a failed run): kept open, since closing one would wait
     /// for that delivery for ever.
     static let leaked = Guarded<[any Sendable]>([])
-
-    private func growTheMapFromAnotherProcess(_ path: String) throws {
-        let result = try runFixture(["set-bytes", path, "blob", "\(4 << 20)"])
-        #expect(result.status == 0, "\(result.output)")
-    }
-
-    private func setFromAnotherProcess(_ path: String, _ name: String, _ value: Int) throws {
-        let result = try runFixture(["set-int", path, name, "\(value)"])
-        #expect(result.status == 0, "\(result.output)")
-    }
 
     /// A thread sets a key inside `read { }` and delivers that commit itself (its observer's
     /// callback runs on it). Meanwhile another thread commits (the delivering thread takes that
@@ -32,12 +28,7 @@ import Testing
     /// and `nextWork` hands out the same work for ever: the thread spins, `set` never returns, its
     /// `read { }` never ends, and every other reader of the store waits to adopt the map.
     @Test func aDeliveryInsideReadAfterAnotherProcessGrewTheMapEnds() throws {
-        try withTemporaryDirectory { path throws in
-            var options = PersistentDefaults.Options()
-            options.durability = .bounded(interval: .seconds(10))
-            let log = ErrorLog()
-            options.errorHandler = { log.append($0) }
-            let store = try PersistentDefaults(path: path, options: options)
+        try withTemporaryStore(options: Self.bounded) { store, path, log throws in
             store[Self.counter] = 1
             let seen = Events<String>()
             let inCallback = DispatchSemaphore(value: 0)
@@ -130,12 +121,7 @@ import Testing
     /// `replayFrom` and ends: the observer never gets the change it started before (1→2), and
     /// its next change arrives with the wrong old value (1→5).
     @Test func aReplayTakenInsideTheScopeIsNotLost() throws {
-        try withTemporaryDirectory { path throws in
-            var options = PersistentDefaults.Options()
-            options.durability = .bounded(interval: .seconds(10))
-            let log = ErrorLog()
-            options.errorHandler = { log.append($0) }
-            let store = try PersistentDefaults(path: path, options: options)
+        try withTemporaryStore(options: Self.bounded) { store, path, log throws in
             store[Self.counter] = 1
             let inCallback = DispatchSemaphore(value: 0)
             let grown = DispatchSemaphore(value: 0)

@@ -13,17 +13,6 @@ import Testing
     static let marker = PersistentDefaults.Key<Int>("marker", default: 0)
     static let blob = PersistentDefaults.Key<Data>("blob", default: Data())
 
-    /// Another process writes 4 MiB into the store, whose map is 1 MiB here: its map grows.
-    private func growTheMapFromAnotherProcess(_ path: String) throws {
-        let result = try runFixture(["set-bytes", path, "blob", "\(4 << 20)"])
-        #expect(result.status == 0, "\(result.output)")
-    }
-
-    private func setFromAnotherProcess(_ path: String, _ name: String, _ value: Int) throws {
-        let result = try runFixture(["set-int", path, name, "\(value)"])
-        #expect(result.status == 0, "\(result.output)")
-    }
-
     @Test func readsOutsideTheSnapshotAreAnsweredFromIt() throws {
         try withTemporaryStore { store, path, log throws in
             store[Self.counter] = 1

@@ -92,3 +92,18 @@ func eventually(timeout: Double = 10, _ condition: () -> Bool) -> Bool {
     }
     return true
 }
+
+/// Another process writes 4 MiB into the store at `path` (key "blob"), so that its map grows
+/// past a 1 MiB one: this process must adopt the larger map before its next read.
+func growTheMapFromAnotherProcess(_ path: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
+    let result = try runFixture(["set-bytes", path, "blob", "\(4 << 20)"])
+    #expect(result.status == 0, "\(result.output)", sourceLocation: sourceLocation)
+}
+
+/// Another process sets the Int key `name` of the store at `path` to `value`.
+func setFromAnotherProcess(
+    _ path: String, _ name: String, _ value: Int, sourceLocation: SourceLocation = #_sourceLocation
+) throws {
+    let result = try runFixture(["set-int", path, name, "\(value)"])
+    #expect(result.status == 0, "\(result.output)", sourceLocation: sourceLocation)
+}
