@@ -143,10 +143,14 @@ struct ParsedArguments {
         return number
     }
 
+    /// The longest `--timeout`, about 31 years: a longer one overflows the integer nanoseconds and
+    /// milliseconds that the follow loop's and the mirror's waits are counted in (trapped at 1e10).
+    static let maximumTimeout: Double = 1_000_000_000
+
     func timeout() throws(UsageError) -> Double? {
         guard let text = value("--timeout") else { return nil }
-        guard let seconds = Double(text), seconds > 0, seconds.isFinite else {
-            throw error("--timeout needs a number of seconds above 0, not '\(text)'")
+        guard let seconds = Double(text), seconds > 0, seconds <= Self.maximumTimeout else {
+            throw error("--timeout needs a number of seconds above 0 and at most 1000000000, not '\(text)'")
         }
         return seconds
     }

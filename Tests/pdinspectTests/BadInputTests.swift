@@ -114,6 +114,30 @@ struct BadInputTests {
         #expect(lastSequence == 2)
     }
 
+    /// A --timeout too long for the follow loop's and the mirror's integer waits trapped (exit 132,
+    /// a stack on stderr): 1e10 seconds overflows `Int` nanoseconds, 1e300 the `Duration`.
+    @Test func hugeTimeoutsAreUsageErrors() throws {
+        let fixture = try TemporaryStore()
+        let before = fixture.dataBytes
+        let cases: [[String]] = [
+            ["watch", fixture.path, "--timeout", "1e10"],
+            ["watch", fixture.path, "--timeout", "1e300"],
+            ["log", fixture.path, "--follow", "--timeout", "1e10"],
+            ["log", fixture.path, "--follow", "--timeout", "1e300"],
+            [
+                "mirror", fixture.path, "--etcd", "http://127.0.0.1:1", "--etcd-prefix", "/f/", "--local-prefix", "f.",
+                "--timeout", "1e300",
+            ],
+        ]
+        for arguments in cases {
+            let outcome = try pdinspect(arguments: arguments)
+            #expect(outcome.status == 2, "\(arguments): \(outcome)")
+            #expect(outcome.isOneErrorLine, "\(arguments): \(outcome)")
+            #expect(outcome.stderr.contains("--timeout needs a number of seconds"), "\(arguments): \(outcome)")
+        }
+        #expect(fixture.dataBytes == before)
+    }
+
     static let malformedImports: [(name: String, text: String, message: String)] = [
         ("empty", "", "not valid JSON"),
         ("not JSON", "keys: 1", "not valid JSON"),

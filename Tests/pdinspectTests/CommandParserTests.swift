@@ -198,6 +198,14 @@ struct CommandParserTests {
         .init(arguments: ["log", "db", "--max-events", "2"], message: "--max-events and --timeout need --follow"),
         .init(arguments: ["log", "db", "--follow", "--timeout", "soon"], message: "--timeout needs a number"),
         .init(arguments: ["log", "db", "--folow"], message: "did you mean '--follow'?"),
+        .init(arguments: ["log", "db", "--follow", "--timeout", "1e10"], message: "at most 1000000000"),
+        .init(arguments: ["watch", "db", "--timeout", "1e300"], message: "at most 1000000000"),
+        .init(
+            arguments: [
+                "mirror", "db", "--etcd", "http://h:1", "--etcd-prefix", "/f/", "--local-prefix", "f.", "--timeout",
+                "1e17",
+            ],
+            message: "at most 1000000000"),
         .init(arguments: ["watch", "db", "", "--json"], message: "a key name must not be empty"),
         .init(arguments: ["watch", "db", "--max-events", "x"], message: "--max-events needs a whole number"),
         .init(
