@@ -138,6 +138,33 @@ struct BadInputTests {
         #expect(fixture.dataBytes == before)
     }
 
+    /// export writes a temporary file and renames it onto FILE: given the store's own data.mdb it
+    /// replaced the store with its JSON (exit 0, every later open "not an LMDB file"), and given a
+    /// FIFO or a device node (`/dev/full`) it replaced the node with a regular file.
+    @Test func exportNeverReplacesTheStoreOrANonRegularFile() throws {
+        let fixture = try TemporaryStore()
+        let before = fixture.dataBytes
+        let fifo = fixture.scratch("fifo")
+        #expect(mkfifo(fifo, 0o600) == 0)
+        for target in [fixture.path + "/data.mdb", fixture.path + "/lock.mdb", fifo, fixture.directory] {
+            let outcome = try pdinspect("export", fixture.path, target)
+            #expect(outcome.status == 2, "\(target): \(outcome)")
+            #expect(outcome.isOneErrorLine, "\(target): \(outcome)")
+            #expect(outcome.stderr.contains("nothing was written"), "\(target): \(outcome)")
+        }
+        #expect(fixture.dataBytes == before)
+        let attributes = try FileManager.default.attributesOfItem(atPath: fifo)
+        #expect(attributes[.type] as? FileAttributeType != .typeRegular, "the FIFO was replaced")
+        #expect(try pdinspect("get", fixture.path, "theme").stdout == "dark\n")
+        // An earlier export file is replaced, as before.
+        let file = fixture.scratch("e.json")
+        try Data("old".utf8).write(to: URL(fileURLWithPath: file))
+        #expect(try pdinspect("export", fixture.path, file).status == 0)
+        #expect(
+            FileManager.default.contents(atPath: file).map { String(decoding: $0, as: UTF8.self) }?.contains(
+                "pdinspect-export") == true)
+    }
+
     static let malformedImports: [(name: String, text: String, message: String)] = [
         ("empty", "", "not valid JSON"),
         ("not JSON", "keys: 1", "not valid JSON"),

@@ -28,7 +28,9 @@ struct ExportVerb: VerbCommand {
     }
 
     func run(in runner: Runner) throws {
-        let document = try ExportDocument(try runner.open(database).storedEntries()) { entry, reason in
+        let store = try runner.open(database)
+        if file != "-" { try Self.checkReplaceable(file, store: store.path) }
+        let document = try ExportDocument(try store.storedEntries()) { entry, reason in
             switch reason {
             case .undecodable(let error):
                 throw CommandFailure(
@@ -43,6 +45,22 @@ struct ExportVerb: VerbCommand {
         } else {
             try Self.writePrivateFile(file, data)
             runner.console.printError("exported \(document.keys.count) keys to \(file)\n")
+        }
+    }
+
+    /// Refuses a `path` that the rename into place must not replace: one that exists and is not a
+    /// regular file (a directory, a FIFO, a device such as `/dev/full`), or a file of the store's
+    /// own directory (`data.mdb`: the export would replace the store it reads).
+    private static func checkReplaceable(_ path: String, store: String) throws(CommandFailure) {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return }
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            throw CommandFailure(.usage, "\(path) exists and is not a regular file; nothing was written")
+        }
+        guard let resolved = realpath(path, nil) else { return }
+        defer { free(resolved) }
+        if String(cString: resolved).hasPrefix(store + "/") {
+            throw CommandFailure(.usage, "\(path) is a file of the store \(store); nothing was written")
         }
     }
 
