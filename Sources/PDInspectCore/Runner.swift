@@ -27,6 +27,26 @@ public struct Runner: Sendable {
         }
     }
 
+    /// Parses and runs the process's arguments as their bytes (without the program name).
+    /// `CommandLine.arguments` replaces bytes that are not UTF-8 with U+FFFD, so that a key name
+    /// or a path given so would silently become another: such an argument is a usage error.
+    public func run(argumentBytes: [[UInt8]]) -> ExitCode {
+        var arguments: [String] = []
+        for bytes in argumentBytes {
+            guard let argument = String(validating: bytes, as: UTF8.self) else {
+                let shown = bytes.map {
+                    (0x20..<0x7F).contains($0) ? String(UnicodeScalar($0)) : "\\x" + String($0, radix: 16)
+                }
+                console.report(
+                    UsageError("argument '\(shown.joined())' is not valid UTF-8; key names and paths must be")
+                        .description)
+                return .usage
+            }
+            arguments.append(argument)
+        }
+        return run(arguments: arguments)
+    }
+
     /// Runs `command`; every failure becomes one line on standard error and an exit code.
     public func run(_ command: Command) -> ExitCode {
         do {

@@ -10,4 +10,8 @@ import PersistentDefaults
 // Everything lives in PDInspectCore; this only connects it to the process. A store given to
 // pdinspect may be damaged: a fault while LMDB reads it is an error of that read, not a crash.
 try? PersistentDefaults.guardReadsAgainstDamagedPages()
-exit(Runner().run(arguments: Array(CommandLine.arguments.dropFirst())).rawValue)
+// The arguments' bytes, not `CommandLine.arguments`, which repairs bytes that are not UTF-8.
+let argumentBytes = stride(from: 1, to: Int(CommandLine.argc), by: 1).map { index in
+    CommandLine.unsafeArgv[index].map { Array(UnsafeRawBufferPointer(start: $0, count: strlen($0))) } ?? []
+}
+exit(Runner().run(argumentBytes: argumentBytes).rawValue)

@@ -165,6 +165,35 @@ struct BadInputTests {
                 "pdinspect-export") == true)
     }
 
+    /// An argument that is not UTF-8 (a shell's `$'k\\xff'`) was repaired into U+FFFD by
+    /// `CommandLine.arguments`: `set` stored a key of another name and exited 0, `get` of
+    /// another such name read it, and `compact` and `export` wrote to other paths.
+    @Test func argumentsThatAreNotUTF8AreUsageErrors() throws {
+        let fixture = try TemporaryStore()
+        let before = fixture.dataBytes
+        let cases = [
+            #"set "$1" "$(printf 'k\377')" 5 --type int"#,
+            #"get "$1" "$(printf 'theme\377')""#,
+            #"compact "$1" "$2/$(printf 'out\377')""#,
+            #"export "$1" "$2/$(printf 'e\377.json')""#,
+        ]
+        for command in cases {
+            // Foundation's Process takes Strings: the shell makes the bytes.
+            let child = try ChildProcess(
+                URL(fileURLWithPath: "/bin/sh"),
+                ["-c", #"exec "$0" "# + command, Products.pdinspect.path, fixture.path, fixture.directory],
+                errors: .separate)
+            #expect(child.waitForExit(timeout: 30))
+            #expect(child.waitForOutputEnd())
+            let outcome = Outcome(status: child.process.terminationStatus, stdout: child.text, stderr: child.errorText)
+            #expect(outcome.status == 2, "\(command): \(outcome)")
+            #expect(outcome.isOneErrorLine, "\(command): \(outcome)")
+            #expect(outcome.stderr.contains("is not valid UTF-8"), "\(command): \(outcome)")
+        }
+        #expect(fixture.dataBytes == before)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.directory) == ["store"])
+    }
+
     static let malformedImports: [(name: String, text: String, message: String)] = [
         ("empty", "", "not valid JSON"),
         ("not JSON", "keys: 1", "not valid JSON"),
