@@ -117,6 +117,8 @@ enum StoreFiles {
     /// process; the directory is created first when `creating`.
     static func canonicalPath(_ path: String, creating: Bool) throws(PersistentDefaultsError) -> String {
         guard !path.isEmpty else { throw .notAStore(path: path, reason: "the path is empty") }
+        // A C string ends at the first NUL: every file call would see another, shorter path.
+        guard !path.utf8.contains(0) else { throw .notAStore(path: path, reason: "the path contains a NUL byte") }
         if creating, access(path, F_OK) != 0 { try createDirectory(path) }
         guard let resolved = realpath(path, nil) else {
             let error = errno

@@ -54,6 +54,18 @@ func put(_ txn: OpaquePointer, database: String?, key: [UInt8], value: [UInt8]) 
         }
     }
 
+    /// A path with a NUL byte reached `stat`, `mkdir` and LMDB cut at the NUL: the open created
+    /// (or opened) the store at the part before it, another path than the one asked for.
+    @Test func aPathWithANulByteIsRefused() throws {
+        try withTemporaryDirectory { path throws in
+            let asked = path + "/store\0/elsewhere"
+            #expect(throws: PersistentDefaultsError.notAStore(path: asked, reason: "the path contains a NUL byte")) {
+                try PersistentDefaults(path: asked)
+            }
+            #expect(!FileManager.default.fileExists(atPath: path + "/store"), "no store was created")
+        }
+    }
+
     @Test func readOnlyNeverCreatesAStore() throws {
         try withTemporaryDirectory { path throws in
             #expect(throws: PersistentDefaultsError.notAStore(path: path, reason: "no such directory")) {
