@@ -194,6 +194,26 @@ struct BadInputTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.directory) == ["store"])
     }
 
+    /// A compact whose copy fails (here: a file-size limit, as a full disk) left the OUT
+    /// directory it had created, empty, behind.
+    @Test func aFailedCompactLeavesNoDirectory() throws {
+        let fixture = try TemporaryStore()
+        let out = fixture.scratch("out")
+        // Ignored, SIGXFSZ stays ignored across exec: a write over the limit fails with EFBIG.
+        let child = try ChildProcess(
+            URL(fileURLWithPath: "/bin/sh"),
+            [
+                "-c", #"trap "" XFSZ; ulimit -f 8; exec "$0" compact "$1" "$2""#, Products.pdinspect.path, fixture.path,
+                out,
+            ],
+            errors: .separate)
+        #expect(child.waitForExit(timeout: 30))
+        #expect(child.waitForOutputEnd())
+        #expect(child.process.terminationStatus == 3, "\(child.errorText)")
+        #expect(child.errorText.contains("File too large"), "\(child.errorText)")
+        #expect(!FileManager.default.fileExists(atPath: out), "the failed compact left \(out)")
+    }
+
     static let malformedImports: [(name: String, text: String, message: String)] = [
         ("empty", "", "not valid JSON"),
         ("not JSON", "keys: 1", "not valid JSON"),

@@ -26,11 +26,17 @@ struct CompactVerb: VerbCommand {
 
     func run(in runner: Runner) throws {
         let store = try runner.open(database)
-        try Self.prepareEmptyDirectory(destination, source: store.path)
+        let created = try Self.prepareEmptyDirectory(destination, source: store.path)
         let before = try store.statistics().dataFileSize
         let size = TextTable.bytes(before, exact: false)
         runner.console.printError("compacting \(store.path) (\(size)) into \(destination) …\n")
-        try store.copy(to: destination, compact: true)  // The copy has mode 0600 from its creation.
+        do {
+            try store.copy(to: destination, compact: true)  // The copy has mode 0600 from its creation.
+        } catch {
+            // The failed copy left no data.mdb; a directory this command made goes too.
+            if created { rmdir(destination) }
+            throw error
+        }
         let copied = destination + "/data.mdb"
         try PersistentDefaults.checkStore(at: destination)
         let after = Self.fileSize(copied)
@@ -45,18 +51,19 @@ struct CompactVerb: VerbCommand {
     }
 
     /// Creates `path` (mode 0700) when missing; otherwise it must be an empty directory that is
-    /// not the source store.
-    private static func prepareEmptyDirectory(_ path: String, source: String) throws(CommandFailure) {
+    /// not the source store. Returns whether it created `path`.
+    private static func prepareEmptyDirectory(_ path: String, source: String) throws(CommandFailure) -> Bool {
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
             guard isDirectory.boolValue else { throw CommandFailure(.usage, "\(path) exists and is not a directory") }
             let contents = (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
             guard contents.isEmpty else { throw CommandFailure(.usage, "\(path) is not empty") }
-            return
+            return false
         }
         guard mkdir(path, 0o700) == 0 else {
             throw CommandFailure(.usage, "cannot create \(path): \(String(cString: strerror(errno)))")
         }
+        return true
     }
 
     private static func fileSize(_ path: String) -> Int {
