@@ -147,6 +147,12 @@ struct ParsedArguments {
     /// milliseconds that the follow loop's and the mirror's waits are counted in (trapped at 1e10).
     static let maximumTimeout: Double = 1_000_000_000
 
+    /// `seconds` as a duration, bounded to 0…`maximumTimeout` (NaN is 0): for timeouts given
+    /// through the API, which the parser has not checked.
+    static func timeoutDuration(seconds: Double) -> Duration {
+        .seconds(seconds.isNaN ? 0 : min(max(seconds, 0), maximumTimeout))
+    }
+
     func timeout() throws(UsageError) -> Double? {
         guard let text = value("--timeout") else { return nil }
         guard let seconds = Double(text), seconds > 0, seconds <= Self.maximumTimeout else {

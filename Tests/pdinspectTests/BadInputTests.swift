@@ -3,6 +3,8 @@ import PDTestSupport
 import PersistentDefaults
 import Testing
 
+@testable import PDInspectCore
+
 /// A damaged or missing store, made from a good one.
 enum Damage: String, CaseIterable, Sendable {
     case missingPath, emptyDirectory, emptyDataFile, truncatedDataFile, metaPagesOnly, randomBytes, fileNotDirectory
@@ -136,6 +138,22 @@ struct BadInputTests {
             #expect(outcome.stderr.contains("--timeout needs a number of seconds"), "\(arguments): \(outcome)")
         }
         #expect(fixture.dataBytes == before)
+    }
+
+    /// The same timeouts given through the API (a `Command` the parser never saw) are bounded
+    /// where they are used: the follow stops at its event, no trap.
+    @Test func hugeTimeoutsThroughTheAPIAreBounded() throws {
+        let fixture = try TemporaryStore()
+        try PersistentDefaults(path: fixture.path)[PersistentDefaults.Key<Int>("k", default: 0)] = 1
+        for timeout in [1e10, 1e300, .infinity, .nan] {
+            let lines = CollectedLines()
+            let console = Console(output: { lines.append($0) }, error: { lines.append($0) })
+            let follow = FollowOptions(since: 0, maxEvents: 1, timeout: timeout)
+            let code = Runner(console: console).run(
+                .watch(database: fixture.path, keys: [], follow: follow, format: .json))
+            #expect(code == .success, "\(timeout): \(lines.all)")
+            #expect(lines.all.count == 1, "\(timeout): \(lines.all)")
+        }
     }
 
     /// export writes a temporary file and renames it onto FILE: given the store's own data.mdb it

@@ -5,15 +5,6 @@ import Testing
 
 @testable import PDInspectCore
 
-/// Text written to a `Console`, collected under a lock.
-private final class CollectedLines: @unchecked Sendable {
-    // @unchecked Sendable: `lines` is touched only while `lock` is held.
-    private let lock = NSLock()
-    private var lines: [String] = []
-    func append(_ line: String) { lock.withLock { lines.append(line) } }
-    var all: [String] { lock.withLock { lines } }
-}
-
 /// The keys the fixture's code "declares": one stored (`launchCount`), others not.
 private enum Declared {
     static let launchCount = PersistentDefaults.Key<Int>("launchCount", default: 0)

@@ -107,3 +107,12 @@ func pdinspect(arguments: [String], stdin: String? = nil) throws -> Outcome {
 
 /// Whether this process can run a command as user `nobody` (root with `setpriv`).
 let canRunAsNobody: Bool = getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")
+
+/// Text written to a `Console`, collected under a lock.
+final class CollectedLines: @unchecked Sendable {
+    // @unchecked Sendable: `lines` is touched only while `lock` is held.
+    private let lock = NSLock()
+    private var lines: [String] = []
+    func append(_ line: String) { lock.withLock { lines.append(line) } }
+    var all: [String] { lock.withLock { lines } }
+}

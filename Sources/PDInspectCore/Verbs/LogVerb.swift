@@ -50,7 +50,7 @@ struct LogVerb: VerbCommand {
             try printRecords(records, in: runner)
         }
         guard let follow, remaining > 0 else { return }
-        let deadline = follow.timeout.map { ContinuousClock.now + .seconds($0) }
+        let deadline = follow.timeout.map { ContinuousClock.now + ParsedArguments.timeoutDuration(seconds: $0) }
         try CommitFollower(store: store).follow(
             after: records.last?.sequence ?? since, until: deadline, stop: StopSignal()
         ) { batch in

@@ -57,7 +57,7 @@ struct MirrorVerb: VerbCommand {
         var options = EtcdMirror.Options()
         if let timeout {
             // --timeout bounds the whole run, the first copy included.
-            options.startTimeout = min(options.startTimeout, .milliseconds(Int(timeout * 1000)))
+            options.startTimeout = min(options.startTimeout, ParsedArguments.timeoutDuration(seconds: timeout))
             options.requestTimeout = min(options.requestTimeout, options.startTimeout)
         }
         let mirror = try EtcdMirror(
