@@ -33,4 +33,12 @@ public enum Products {
 
     /// The shipped inspection tool.
     public static var pdinspect: URL { url("pdinspect") }
+
+    /// Whether these products are built with ThreadSanitizer (`tools/tsan`): the running
+    /// executable, built with them, has its runtime linked in.
+    public static let areThreadSanitized: Bool = {
+        guard let handle = dlopen(nil, RTLD_NOW) else { return false }
+        defer { dlclose(handle) }
+        return dlsym(handle, "__tsan_init") != nil
+    }()
 }

@@ -214,7 +214,12 @@ struct BadInputTests {
 
     /// A compact whose copy fails (here: a file-size limit, as a full disk) left the OUT
     /// directory it had created, empty, behind.
-    @Test func aFailedCompactLeavesNoDirectory() throws {
+    ///
+    /// Not under ThreadSanitizer: its runtime faults (SIGBUS in its own shadow memory, in
+    /// `memcpy` at the store's open) in a process limited to so few file blocks; `tools/test`
+    /// runs it.
+    @Test(.disabled(if: Products.areThreadSanitized, "ThreadSanitizer's runtime faults under ulimit -f 8"))
+    func aFailedCompactLeavesNoDirectory() throws {
         let fixture = try TemporaryStore()
         let out = fixture.scratch("out")
         // Ignored, SIGXFSZ stays ignored across exec: a write over the limit fails with EFBIG.
