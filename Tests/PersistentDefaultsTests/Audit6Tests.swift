@@ -1,0 +1,83 @@
+import Foundation
+import PersistentDefaults
+import Testing
+
+// Audit 6: the API an app developer touches — wrappers, typed keys, hooks, migrations.
+
+private struct Audit6FloorKey: PersistentDefaultsKey {
+    static let defaultValue = 0
+    // A high-water mark: only a larger value replaces the stored one.
+    static func shouldOverwrite(_ oldValue: Int, _ newValue: Int) -> Bool { newValue > oldValue }
+}
+
+private struct Audit6NicknameKey: PersistentDefaultsKey { static let defaultValue: String? = nil }
+
+@Suite struct Audit6Tests {
+    @Test func aMigrationToAVersionAboveUInt32MaxRunsOnce() throws {
+        let store = try PersistentDefaults.temporary()
+        var runs = 0
+        let version = Int(UInt32.max) + 1
+        try store.migrate(to: version) { _ in runs += 1 }
+        let again = try store.migrate(to: version) { _ in runs += 1 }
+        #expect(runs == 1)
+        #expect(again == false)
+    }
+
+    @Test func anIntegerThatADoubleCannotHoldDoesNotReadAsAnotherNumber() throws {
+        let store = try PersistentDefaults.temporary()
+        let big: Int64 = (1 << 53) + 1
+        try store.setStoredValue(.int(big), named: "n")
+        let asDouble = PersistentDefaults.Key<Double>("n", default: 0)
+        // "numbers convert between integer and floating-point keys when nothing is lost"
+        let read = try? store.value(for: asDouble)
+        #expect(read == nil || read.map { Int64(exactly: $0) } == big)
+        // A declaration admits what the library reads, by the same rule.
+        try store.declare(asDouble)
+        let declaration = try #require(try store.declaration(named: "n"))
+        #expect(declaration.admits(.int(1 << 53)))
+        #expect(!declaration.admits(.int(big)))
+    }
+
+    @Test func convertValueIntoAnOptionalKeyRemovesOnNilAsSetDoes() throws {
+        let store = try PersistentDefaults.temporary()
+        let nickname = PersistentDefaults.Key<String?>("nickname")
+        try store.setStoredValue(.string(""), named: "oldNickname")
+        try store.migrate(to: 1) { tx in
+            try tx.convertValue(named: "oldNickname", from: String.self, to: nickname) { $0.isEmpty ? nil : $0 }
+        }
+        // `set(nil, for: nickname)` removes the key; the conversion should do the same.
+        #expect(try store.contains(nickname) == false)
+    }
+
+    @Test func aKeyTypesShouldOverwriteHookIsAskedWhenNothingIsStored() throws {
+        let store = try PersistentDefaults.temporary()
+        store[Audit6FloorKey()] = -5  // below the default (0) the key reads
+        #expect(store[Audit6FloorKey()] == 0)
+    }
+
+    @Test func aLocalKeyTypesNameIsItsTypeName() throws {
+        struct LocalFlagKey: PersistentDefaultsKey { static let defaultValue = false }
+        #expect(LocalFlagKey.name == "localFlag")
+        #expect(Audit6NicknameKey.name == "audit6Nickname")
+    }
+
+    @Test func aDoubleOptionalRoundTrips() throws {
+        let store = try PersistentDefaults.temporary()
+        let key = PersistentDefaults.Key<Int??>("nested", default: 7)
+        store[key] = .some(nil)
+        #expect(store[key] == .some(nil))
+    }
+
+    @Test func aWrapperReadInsideAWriteSeesTheStore() throws {
+        let store = try PersistentDefaults.temporary()
+        let key = PersistentDefaults.Key<Int>("count", default: 0)
+        let wrapper = PersistentDefault(key, in: store)
+        store[key] = 3
+        let seen = try store.write { tx in
+            tx[key] = 4
+            return wrapper.wrappedValue
+        }
+        #expect(seen == 3 || seen == 4)
+        #expect(wrapper.wrappedValue == 4)
+    }
+}
