@@ -78,7 +78,9 @@ public struct KeyDeclaration: Sendable, Equatable, CustomStringConvertible {
             switch (type, value) {
             case (_, .null): isOptional
             case (.bool, .bool), (.string, .string), (.data, .data), (.url, .url), (.uuid, .uuid): true
-            case (.int, .int), (.uint, .uint), (.double, .double), (.double, .int), (.double, .uint): true
+            case (.int, .int), (.uint, .uint), (.double, .double): true
+            case (.double, .int(let number)): Double(exactly: number) != nil
+            case (.double, .uint(let number)): Double(exactly: number) != nil
             case (.int, .uint(let number)): Int64(exactly: number) != nil
             case (.int, .double(let number)): Int64(exactly: number) != nil
             case (.uint, .int(let number)): UInt64(exactly: number) != nil

@@ -346,12 +346,17 @@ extension FloatingStorable {
     static var storedTag: StoredValue.Tag { .double }
 
     init(stored: StoredValue) throws(StoredValueError) {
-        switch stored {
-        case .double(let value): self = Self(value)
-        case .int(let value): self = Self(value)
-        case .uint(let value): self = Self(value)
-        default: throw Self.mismatch(stored)
-        }
+        // An integer converts only when the type holds it exactly, as integers do from doubles:
+        // 2^53 + 1 is no Double, and `Self(value)` would read it as 2^53.
+        let converted: Self? =
+            switch stored {
+            case .double(let value): Self(value)
+            case .int(let value): Self(exactly: value)
+            case .uint(let value): Self(exactly: value)
+            default: nil
+            }
+        guard let converted else { throw Self.mismatch(stored) }
+        self = converted
     }
 
     func storedValue() -> StoredValue { .double(Double(self)) }
