@@ -116,7 +116,9 @@ extension WriteTransaction {
     }
 
     /// Reads the value stored under `name` as `Old`, converts it and stores it for `key` (which
-    /// may have the same name); does nothing when `name` is not stored. Throws
+    /// may have the same name) as `set(_:for:)` does, with
+    /// the key's hooks: nil for a key whose default is nil removes it, and a key type's
+    /// `shouldRemove` and `shouldOverwrite` apply. Does nothing when `name` is not stored. Throws
     /// ``PersistentDefaultsError/decodingFailed(key:type:reason:)`` when the stored value is not
     /// an `Old`, and aborts the migration.
     public func convertValue<Old: Codable & Sendable, New>(
@@ -126,6 +128,6 @@ extension WriteTransaction {
         guard let old = try value(for: oldKey) else { return }
         let new = try transform(old)
         if oldKey.nameBytes != key.nameBytes { try remove(oldKey) }
-        try replace(key, with: try core.encode(new, for: key), in: try live())
+        try set(new, for: key)
     }
 }
