@@ -1,38 +1,25 @@
 import Foundation
 import PersistentDefaults
-import Synchronization
 import Testing
 
-private let offMainConversions = Atomic<Int>(0)
+// Audit 6: `Key(_:default:conversion:)` took a main-actor-isolated conformance
+// (`extension C: @MainActor ValueConversion`), and the Sendable key then ran the conversion's
+// main-actor code on other threads (a detached task's read ran `decode` off the main thread,
+// 1 of 1 runs). The initializer now requires `SendableMetatype`, and such a key is a compile
+// error: "main actor-isolated conformance of 'C' to 'ValueConversion' cannot satisfy
+// conformance requirement for a 'Sendable' type parameter". A nonisolated conversion still
+// makes a key that any thread may use.
 
-/// A conversion whose functions are main-actor code (it keeps main-actor state), conformed with
-/// an isolated conformance (Swift 6.2, SE-0470): the compiler allows it only where the
-/// conformance stays on the main actor.
-private struct MainActorFlagConversion {}
-
-@MainActor private var mainActorConversionCalls = 0
-
-extension MainActorFlagConversion: @MainActor ValueConversion {
-    @MainActor static func decode(data: Int) -> Bool {
-        if !Thread.isMainThread { offMainConversions.add(1, ordering: .relaxed) }
-        mainActorConversionCalls += 1  // main-actor state
-        return data > 0
-    }
-    @MainActor static func encode(value: Bool) -> Int { value ? 1 : 0 }
-}
-
-@MainActor private func makeMainActorKey() -> PersistentDefaults.Key<Bool> {
-    PersistentDefaults.Key<Bool>("audit6.flag", default: false, conversion: MainActorFlagConversion.self)
+private struct Audit6IntBoolConversion: ValueConversion {
+    static func decode(data: Int) -> Bool { data > 0 }
+    static func encode(value: Bool) -> Int { value ? 1 : 0 }
 }
 
 @Suite struct Audit6IsolationTests {
-    @Test func aMainActorIsolatedConversionNeverRunsOffTheMainActor() async throws {
+    @Test func aNonisolatedConversionMakesAKeyForAnyThread() async throws {
         let store = try PersistentDefaults.temporary()
-        let key = await makeMainActorKey()  // Key is Sendable: it leaves the main actor
+        let key = PersistentDefaults.Key<Bool>("audit6.flag", default: false, conversion: Audit6IntBoolConversion.self)
         try store.setStoredValue(.int(1), named: "audit6.flag")
-        let value = await Task.detached { store[key] }.value
-        #expect(value)
-        #expect(offMainConversions.load(ordering: .relaxed) == 0)
+        #expect(await Task.detached { store[key] }.value)
     }
 }
-
