@@ -27,20 +27,27 @@ extension PersistentDefaults {
     /// process, naming every failure: a non-throwing property has nothing left to return. Code
     /// that must never stop uses ``openStandard()``, which throws instead.
     public static var standard: PersistentDefaults {
-        standardState.withLock { state in
+        var failure: (report: @Sendable (PersistentDefaultsError) -> Void, error: PersistentDefaultsError)?
+        let store = standardState.withLock { state in
             if let store = state.store { return store }
             let store: PersistentDefaults
             do {
                 store = try open(&state)
             } catch {
-                state.options.errorHandler(
+                failure = (
+                    state.options.errorHandler,
                     error as? PersistentDefaultsError
-                        ?? .notAStore(path: state.path ?? standardPath, reason: "\(error)"))
+                        ?? .notAStore(path: state.path ?? standardPath, reason: "\(error)")
+                )
                 store = temporaryStandIn(options: state.options)
             }
             state.store = store
             return store
         }
+        // The handler is the app's code, which may use `standard` itself (a logger reading its
+        // level from settings): it runs after the lock, once the stand-in is in place.
+        if let failure { failure.report(failure.error) }
+        return store
     }
 
     /// The store ``standard`` gives, opened now if it is not open yet; throws what opening it

@@ -1,4 +1,5 @@
 import Foundation
+import PDTestSupport
 import PersistentDefaults
 import Testing
 
@@ -79,5 +80,18 @@ private struct Audit6NicknameKey: PersistentDefaultsKey { static let defaultValu
         }
         #expect(seen == 3 || seen == 4)
         #expect(wrapper.wrappedValue == 4)
+    }
+}
+
+@Suite struct Audit6StandardStoreTests {
+    @Test func anErrorHandlerMayUseTheStandardStoreWhenItCannotOpen() throws {
+        let file = NSTemporaryDirectory() + "pd-audit6-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let child = try ChildProcess(Products.fixture, ["standard-handler-reads-standard", file], errors: .merged)
+        let finished = child.waitForExit(timeout: 20)
+        if !finished { _ = child.kill() }
+        #expect(finished, "the process hung: \(child.text)")
+        #expect(child.text.contains("handled at level 1"))
+        #expect(child.text.contains("stand-in "))
     }
 }

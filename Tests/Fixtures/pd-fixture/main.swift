@@ -38,6 +38,10 @@ import PersistentDefaults
 //                                          returns from main without releasing it: only the exit
 //                                          handler can remove the directory
 //
+//   pd-fixture standard-handler-reads-standard FILE  makes FILE a plain file, configures it as the
+//                                          standard store's path with an error handler that reads
+//                                          `standard`, prints "handled at level …" and "stand-in PATH"
+//
 //   pd-fixture map-under-limit DIR         reads the Int "answer", lowers RLIMIT_AS to the address
 //                                          space in use + 32 MiB, prints "limited", then reads
 //                                          "answer" every millisecond until a read fails (another
@@ -124,6 +128,20 @@ func run(_ arguments: [String]) -> ToolExitCode {
             try PersistentDefaults.configureStandard(path: arguments[1], options: bounded)
             let key = PersistentDefaults.Key<Int>("k", default: 0)
             for value in 1...max(count, 1) { try PersistentDefaults.standard.set(value, for: key) }
+        case ("standard-handler-reads-standard", 2):
+            // The standard store cannot open (its path is a file); the error handler reads a
+            // setting through `standard`, as a logger that reads its level from settings would.
+            let file = arguments[1]
+            guard FileManager.default.createFile(atPath: file, contents: Data("not a store".utf8)) else {
+                return .usage
+            }
+            var handled = PersistentDefaults.Options()
+            handled.errorHandler = { error in
+                let level = PersistentDefaults.standard[PersistentDefaults.Key<Int>("logLevel", default: 1)]
+                say("handled at level \(level): \(error)")
+            }
+            try PersistentDefaults.configureStandard(path: file, options: handled)
+            say("stand-in \(PersistentDefaults.standard.path)")
         case ("temporary-standard", 1):
             let temporary = try PersistentDefaults.temporary()
             try PersistentDefaults.configureStandard(path: temporary.path, options: temporary.options)
