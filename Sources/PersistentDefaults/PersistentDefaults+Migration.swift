@@ -25,11 +25,20 @@ extension PersistentDefaults {
     /// }
     /// ```
     ///
-    /// If `body` throws, nothing is written and the version stays where it was.
+    /// If `body` throws, nothing is written and the version stays where it was. The store records
+    /// the version as a `UInt32`: a larger one throws
+    /// ``PersistentDefaultsError/encodingFailed(key:type:reason:)`` before anything runs.
     @discardableResult
     public func migrate(to version: Int, _ description: String = "", _ body: (WriteTransaction) throws -> Void)
         throws -> Bool
     {
+        // Clamped to UInt32.max, such a version would be recorded as less than itself, and the
+        // migration would run again at every call.
+        guard version <= Int(UInt32.max) else {
+            throw PersistentDefaultsError.encodingFailed(
+                key: String(decoding: StoreCore.migrationVersionKey, as: UTF8.self), type: "UInt32",
+                reason: "the migration version \(version) is above \(UInt32.max), the largest the store records")
+        }
         let migrated = try write { transaction in
             guard try transaction.migrationVersion() < version else { return false }
             try body(transaction)
