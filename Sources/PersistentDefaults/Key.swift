@@ -148,34 +148,21 @@ extension PersistentDefaults {
             self.init(name: name, defaultValue: nil, codec: .automatic())
         }
 
-        #if compiler(>=6.2)
-            /// Creates a key whose values are stored through a ``ValueConversion``.
-            ///
-            /// ```swift
-            /// let legacy = PersistentDefaults.Key<Bool>("legacy", default: false, conversion: IntBoolConversion.self)
-            /// ```
-            ///
-            /// `SendableMetatype`: the key is `Sendable` and converts on whichever thread reads,
-            /// writes or delivers a change, so the conversion must not be an actor-isolated
-            /// conformance (`extension C: @MainActor ValueConversion`), whose functions would
-            /// run off their actor.
-            public convenience init<Conversion: ValueConversion & SendableMetatype>(
-                _ name: String, default defaultValue: Value, conversion: Conversion.Type
-            ) where Conversion.Value == Value, Conversion.Stored: Codable {
-                self.init(name: name, defaultValue: defaultValue, codec: .converting(through: conversion))
-            }
-        #else
-            /// Creates a key whose values are stored through a ``ValueConversion``.
-            ///
-            /// ```swift
-            /// let legacy = PersistentDefaults.Key<Bool>("legacy", default: false, conversion: IntBoolConversion.self)
-            /// ```
-            public convenience init<Conversion: ValueConversion>(
-                _ name: String, default defaultValue: Value, conversion: Conversion.Type
-            ) where Conversion.Value == Value, Conversion.Stored: Codable {
-                self.init(name: name, defaultValue: defaultValue, codec: .converting(through: conversion))
-            }
-        #endif
+        /// Creates a key whose values are stored through a ``ValueConversion``.
+        ///
+        /// ```swift
+        /// let legacy = PersistentDefaults.Key<Bool>("legacy", default: false, conversion: IntBoolConversion.self)
+        /// ```
+        ///
+        /// `SendableMetatype`: the key is `Sendable` and converts on whichever thread reads,
+        /// writes or delivers a change, so the conversion must not be an actor-isolated
+        /// conformance (`extension C: @MainActor ValueConversion`), whose functions would run off
+        /// their actor.
+        public convenience init<Conversion: ValueConversion & SendableMetatype>(
+            _ name: String, default defaultValue: Value, conversion: Conversion.Type
+        ) where Conversion.Value == Value, Conversion.Stored: Codable {
+            self.init(name: name, defaultValue: defaultValue, codec: .converting(through: conversion))
+        }
     }
 }
 
@@ -200,3 +187,9 @@ func equality<Value>(of _: Value.Type) -> ((Value, Value) -> Bool)? {
     }
     return compare(as: equatable)
 }
+
+#if !compiler(>=6.2)
+    /// Stands in for the standard library's `SendableMetatype` (Swift 6.2) on older compilers,
+    /// which cannot tell isolated conformances apart: every type meets it.
+    public typealias SendableMetatype = Any
+#endif

@@ -10,15 +10,16 @@ import Testing
 // conformance requirement for a 'Sendable' type parameter". A nonisolated conversion still
 // makes a key that any thread may use.
 
-private struct Audit6IntBoolConversion: ValueConversion {
+private struct NonisolatedIntBoolConversion: ValueConversion {
     static func decode(data: Int) -> Bool { data > 0 }
     static func encode(value: Bool) -> Int { value ? 1 : 0 }
 }
 
-@Suite struct Audit6IsolationTests {
+@Suite struct ConversionIsolationTests {
     @Test func aNonisolatedConversionMakesAKeyForAnyThread() async throws {
         let store = try PersistentDefaults.temporary()
-        let key = PersistentDefaults.Key<Bool>("audit6.flag", default: false, conversion: Audit6IntBoolConversion.self)
+        let key = PersistentDefaults.Key<Bool>(
+            "audit6.flag", default: false, conversion: NonisolatedIntBoolConversion.self)
         try store.setStoredValue(.int(1), named: "audit6.flag")
         #expect(await Task.detached { store[key] }.value)
     }
