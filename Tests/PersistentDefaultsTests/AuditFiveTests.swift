@@ -48,6 +48,24 @@ import Testing
         }
     }
 
+    /// Two containers' main processes both have process ID 1. A writer skipped every slot whose
+    /// owner had its own process ID, taking it for its own process's: the other container's
+    /// observer was never woken and waited for its fallback check (here a minute).
+    @Test(.enabled(if: pidNamespacesWork))
+    func aWriterWakesAnObserverWithTheSameProcessIDInAnotherNamespace() throws {
+        try withTemporaryDirectory { path throws in
+            _ = try PersistentDefaults(path: path)  // Creates the store and its channel.
+            let unshare = URL(fileURLWithPath: "/usr/bin/unshare")
+            let watcher = try ChildProcess(
+                unshare, ["-pf", Products.fixture.path, "watch", path, "1", "a"], environment: ["PD_FALLBACK_MS": "60000"])
+            defer { _ = watcher.kill() }
+            #expect(watcher.wait(for: "ready"))
+            let writer = try runProcess(unshare, ["-pf", Products.fixture.path, "set-int", path, "a", "1"])
+            #expect(writer.status == 0, "\(writer.output)")
+            #expect(watcher.wait(for: "change a 0 1", timeout: 5), "\(watcher.text)")
+        }
+    }
+
     /// Observers in this process of a key that two other processes (one `.bounded`, one `.sync`)
     /// and this process's own threads increment at once through `write { }`: every change once,
     /// in sequence order, each old value the previous new value, and the final count exact.
