@@ -11,6 +11,7 @@
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <fcntl.h>
 #endif
 
 /// Loads the 32-bit word at `word` (sequentially consistent).
@@ -46,6 +47,29 @@ static inline void pd_atomic_or_u64(uint64_t *word, uint64_t bits) {
 /// Loads the 64-bit word at `word` (sequentially consistent).
 static inline uint64_t pd_atomic_load_u64(const uint64_t *word) {
     return __atomic_load_n(word, __ATOMIC_SEQ_CST);
+}
+
+/// Takes (`lock` nonzero) or releases an open-file-description write lock on the byte at
+/// `offset` of `descriptor`, without waiting (F_OFD_SETLK); returns whether it did. The kernel
+/// releases it when the description closes, also when the process dies, and it does not depend
+/// on process IDs, so it tells a live owner from a dead one across PID namespaces. Elsewhere
+/// it always succeeds.
+static inline int pd_ofd_lock_byte(int descriptor, int64_t offset, int lock) {
+#ifdef __linux__
+#ifndef F_OFD_SETLK
+#define F_OFD_SETLK 37
+#endif
+    struct flock range = {0};
+    range.l_type = lock ? F_WRLCK : F_UNLCK;
+    range.l_whence = SEEK_SET;
+    range.l_start = offset;
+    range.l_len = 1;
+    range.l_pid = 0;
+    return fcntl(descriptor, F_OFD_SETLK, &range) == 0;
+#else
+    (void)descriptor; (void)offset; (void)lock;
+    return 1;
+#endif
 }
 
 /// Whether this platform has futexes; elsewhere `pd_futex_wait` sleeps and `pd_futex_wake` does nothing.

@@ -1,4 +1,5 @@
 import CPlatform
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -37,6 +38,12 @@ import CPlatform
 /// ones a compare-and-swap. A process claiming a slot takes a free one or one whose process no
 /// longer exists. With no slot in use, a commit pays one load and no system call.
 ///
+/// A slot's owner also holds an open-file-description lock on one byte of the file (at
+/// `fileSize` + the slot's index, past its end) while it owns the slot: a process ID tells
+/// nothing about a process in another PID namespace (containers that share the store's
+/// directory), where `kill(pid, 0)` says ESRCH for a live owner. A slot whose byte another
+/// description holds is never taken over; the kernel drops the lock when its owner dies.
+///
 /// `@unchecked Sendable`: the mapping is set up in `init` and unmapped in `deinit`; the shared
 /// words are only accessed through atomic operations.
 final class WakeChannel: @unchecked Sendable {
@@ -64,14 +71,25 @@ final class WakeChannel: @unchecked Sendable {
     /// The mapped length: `fileSize`, or `slotsEnd` for an older version's file that this
     /// process may not grow (then it has no announcements).
     private let length: Int
+    /// The file, open for reading and writing while the channel lives: its description holds
+    /// the lock of the slot this process claimed (see `claimWaiter`).
+    private let descriptor: Int32
     private let processID = UInt32(truncatingIfNeeded: getpid())
+    /// The slot this channel claimed, -1 before: writers skip it (this process's observers get
+    /// its commits from the committing thread). By slot, not by process ID: in another PID
+    /// namespace a different process can have this process's ID.
+    private let ownSlot = Atomic<Int>(-1)
 
-    private init(base: UnsafeMutableRawPointer, length: Int) {
+    private init(base: UnsafeMutableRawPointer, length: Int, descriptor: Int32) {
         self.base = base
         self.length = length
+        self.descriptor = descriptor
     }
 
-    deinit { munmap(base, length) }
+    deinit {
+        munmap(base, length)
+        close(descriptor)  // Releases the slot's lock, if the waiter did not.
+    }
 
     /// Whether the file holds the announcements.
     var hasAnnouncements: Bool { length >= Self.fileSize }
@@ -97,8 +115,10 @@ final class WakeChannel: @unchecked Sendable {
             descriptor = open(path, O_RDWR | O_CLOEXEC)
         }
         guard descriptor >= 0 else { return nil }
-        // The mapping stays valid after the descriptor is closed.
-        defer { close(descriptor) }
+        // Kept open by the channel (its slot's lock lives on this description); closed here on
+        // every path that makes no channel.
+        var keepsDescriptor = false
+        defer { if !keepsDescriptor { close(descriptor) } }
         var info = stat()
         guard fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
         var size = Int(info.st_size)
@@ -126,7 +146,8 @@ final class WakeChannel: @unchecked Sendable {
             munmap(mapped, length)
             return nil
         }
-        return WakeChannel(base: mapped, length: length)
+        keepsDescriptor = true
+        return WakeChannel(base: mapped, length: length, descriptor: descriptor)
     }
 
     /// Creates the file at its full size, unless it exists: made under a temporary name and
@@ -160,14 +181,29 @@ final class WakeChannel: @unchecked Sendable {
         base.advanced(by: Self.slotsOffset + index * Self.slotSize + 8).assumingMemoryBound(to: UInt64.self)
     }
 
+    /// The byte of the file whose lock the owner of slot `index` holds.
+    fileprivate func lockOffset(ofSlot index: Int) -> Int64 { Int64(Self.fileSize + index) }
+
+    /// Releases the lock of slot `index`.
+    fileprivate func unlock(slot index: Int) { _ = pd_ofd_lock_byte(descriptor, lockOffset(ofSlot: index), 0) }
+
     /// A waiter of this process: a free slot, or one whose process is gone; nil when all are
     /// taken by live processes (the watcher then checks at its fallback interval).
+    ///
+    /// A slot is taken only with its byte's lock: a live owner of this version holds it, in
+    /// whatever PID namespace it runs. A slot whose lock is free but whose process ID names a
+    /// live process is an older version's (which takes no lock) and is left alone too.
     func claimWaiter() -> Waiter? {
         for index in 0..<Self.capacity {
             let owner = processID(ofSlot: index)
             let current = pd_atomic_load_u32(owner)
             guard current == 0 || pd_process_exists(Int32(bitPattern: current)) == 0 else { continue }
-            guard pd_atomic_cas_u32(owner, current, processID) != 0 else { continue }
+            guard pd_ofd_lock_byte(descriptor, lockOffset(ofSlot: index), 1) != 0 else { continue }
+            guard pd_atomic_cas_u32(owner, current, processID) != 0 else {
+                unlock(slot: index)
+                continue
+            }
+            ownSlot.store(index, ordering: .relaxed)
             // A dead owner's mask may still be set: until here it only costs a spare wake-up.
             pd_atomic_store_u64(mask(ofSlot: index), 0)
             var count = pd_atomic_load_u32(slotCount)
@@ -238,10 +274,11 @@ final class WakeChannel: @unchecked Sendable {
     /// the channel is an optimisation, and observers also check at their fallback interval.
     func signal(_ commitMask: UInt64) {
         let count = min(Int(pd_atomic_load_u32(slotCount)), Self.capacity)
+        let own = ownSlot.load(ordering: .relaxed)
         for index in 0..<count {
             let owner = pd_atomic_load_u32(processID(ofSlot: index))
             // This process's own observers get its commits from the committing thread.
-            guard owner != 0, owner != processID, pd_atomic_load_u64(mask(ofSlot: index)) & commitMask != 0 else {
+            guard owner != 0, index != own, pd_atomic_load_u64(mask(ofSlot: index)) & commitMask != 0 else {
                 continue
             }
             Self.advance(word(ofSlot: index), waking: false)
@@ -270,6 +307,9 @@ final class WakeChannel: @unchecked Sendable {
         private let slot: Int
         private let word: UnsafeMutablePointer<UInt32>
         private let mask: UnsafeMutablePointer<UInt64>
+        /// This process's copy of the bits it stored in `mask`: what it observes, whatever
+        /// another process may have written into the shared slot.
+        private let ownBits = Atomic<UInt64>(0)
 
         fileprivate init(channel: WakeChannel, slot: Int) {
             self.channel = channel
@@ -290,8 +330,14 @@ final class WakeChannel: @unchecked Sendable {
 
         deinit {
             if let channel {
-                pd_atomic_store_u64(mask, 0)
-                pd_atomic_store_u32(channel.processID(ofSlot: slot), 0)
+                // Only a slot that is still this process's: it holds the slot's lock, but an
+                // older version takes none.
+                let owner = channel.processID(ofSlot: slot)
+                if pd_atomic_load_u32(owner) == channel.processID {
+                    pd_atomic_store_u64(mask, 0)
+                    _ = pd_atomic_cas_u32(owner, channel.processID, 0)
+                }
+                channel.unlock(slot: slot)
             } else {
                 UnsafeMutableRawPointer(word).deallocate()
             }
@@ -302,13 +348,22 @@ final class WakeChannel: @unchecked Sendable {
 
         /// Adds `bits` to what wakes this waiter: before the snapshot of a new observer, so a
         /// commit the snapshot misses sees them.
-        func add(_ bits: UInt64) { pd_atomic_or_u64(mask, bits) }
+        func add(_ bits: UInt64) {
+            ownBits.bitwiseOr(bits, ordering: .sequentiallyConsistent)
+            pd_atomic_or_u64(mask, bits)
+        }
 
         /// Sets what wakes this waiter (after observers were removed).
-        func set(_ bits: UInt64) { pd_atomic_store_u64(mask, bits) }
+        func set(_ bits: UInt64) {
+            ownBits.store(bits, ordering: .sequentiallyConsistent)
+            pd_atomic_store_u64(mask, bits)
+        }
 
-        /// What wakes this waiter: the bits of every observer registered or registering.
-        var bits: UInt64 { pd_atomic_load_u64(mask) }
+        /// What this process observes: the bits of every observer registered or registering.
+        /// This process's own copy, not the shared slot's, which decides what may be passed
+        /// unread (`ObserverRegistry.pass`): bits that another process wrote there, or erased,
+        /// must not make this process pass a commit of a key it observes.
+        var bits: UInt64 { ownBits.load(ordering: .sequentiallyConsistent) }
 
         /// The word's current value, to pass to ``wait(from:timeoutNanoseconds:)`` after checking
         /// the store.
