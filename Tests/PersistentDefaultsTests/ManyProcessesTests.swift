@@ -5,8 +5,10 @@ import Testing
 
 @testable import PersistentDefaults
 
-/// Audit 5: many threads and many processes on one store at once.
-@Suite struct AuditFiveTests {
+/// Many threads and many processes on one store at once, and observers in other PID namespaces
+/// (containers sharing the store directory; found by the fifth audit, the two namespace tests
+/// failed in every run before the fix).
+@Suite struct ManyProcessesTests {
     private static let counter = PersistentDefaults.Key<Int>("counter", default: 0)
 
     /// Whether this machine lets a test start a process in a PID namespace of its own (root,
@@ -57,7 +59,8 @@ import Testing
             _ = try PersistentDefaults(path: path)  // Creates the store and its channel.
             let unshare = URL(fileURLWithPath: "/usr/bin/unshare")
             let watcher = try ChildProcess(
-                unshare, ["-pf", Products.fixture.path, "watch", path, "1", "a"], environment: ["PD_FALLBACK_MS": "60000"])
+                unshare, ["-pf", Products.fixture.path, "watch", path, "1", "a"],
+                environment: ["PD_FALLBACK_MS": "60000"])
             defer { _ = watcher.kill() }
             #expect(watcher.wait(for: "ready"))
             let writer = try runProcess(unshare, ["-pf", Products.fixture.path, "set-int", path, "a", "1"])
