@@ -25,7 +25,8 @@ public protocol PersistentDefaultsKey: Sendable {
     static var name: String { get }
     /// Whether setting `value` removes the key instead. Default: the value equals the default.
     static func shouldRemove(_ value: Value) -> Bool
-    /// Whether `newValue` replaces the stored `oldValue`. Default: they differ.
+    /// Whether `newValue` replaces the stored `oldValue`. Default: they differ. Not asked while
+    /// the key is not stored: the first value is always written.
     static func shouldOverwrite(_ oldValue: Value, _ newValue: Value) -> Bool
     /// Creates the key; keys carry no state.
     init()
