@@ -199,8 +199,13 @@ final class ObserverRegistry: Sendable {
             state, id, start in
             let baseline: Baseline = start.map { .known($0.bytes) } ?? .unknown
             let position = start?.sequence ?? state.dispatched
+            // Behind delivery only from an enclosing `read { }` snapshot (see `register`): the
+            // records since are read again for it.
             let awaitsReplay = position < state.dispatched
-            if awaitsReplay { state.replayNames.insert(name) }
+            if awaitsReplay {
+                state.replayNames.insert(name)
+                state.replayFrom = min(state.replayFrom ?? .max, position)
+            }
             state.insert(
                 KeyObserver(
                     baseline: baseline, position: position, awaitsReplay: awaitsReplay, activity: activity,
@@ -300,10 +305,8 @@ final class ObserverRegistry: Sendable {
             }
             var replays = false
             let id = state.withLock { state -> UInt64? in
-                if let start, state.dispatched > start.sequence {
-                    guard start.isEnclosingSnapshot else { return nil }  // Delivery passed it: read again.
-                    replays = name != nil
-                }
+                // Delivery passed it: read again (an enclosing snapshot would not move).
+                if let start, state.dispatched > start.sequence, !start.isEnclosingSnapshot { return nil }
                 if state.isEmpty, let start {
                     state.delivered = max(state.delivered, start.sequence)
                     state.dispatched = max(state.dispatched, start.sequence)
@@ -311,7 +314,7 @@ final class ObserverRegistry: Sendable {
                 if start == nil { state.needsComparing = true }
                 state.nextID += 1
                 insert(&state, state.nextID, start)
-                if replays, let start { state.replayFrom = min(state.replayFrom ?? .max, start.sequence) }
+                replays = state.replayFrom != nil
                 state.observerCount += 1
                 if state.watcher == nil, !state.isClosed {
                     state.watcher = ExternalWatcher(

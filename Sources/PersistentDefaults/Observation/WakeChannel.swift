@@ -337,6 +337,8 @@ final class WakeChannel: @unchecked Sendable {
                     pd_atomic_store_u64(mask, 0)
                     _ = pd_atomic_cas_u32(owner, channel.processID, 0)
                 }
+                // Writers of this process skip the slot no longer: another process may claim it.
+                _ = channel.ownSlot.compareExchange(expected: slot, desired: -1, ordering: .relaxed)
                 channel.unlock(slot: slot)
             } else {
                 UnsafeMutableRawPointer(word).deallocate()
