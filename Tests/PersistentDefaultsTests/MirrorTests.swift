@@ -304,6 +304,37 @@ struct MirrorTests {
         }
     }
 
+    /// Two etcd keys whose names under the prefix are not UTF-8 (`a\u{FF}`, `a\u{FE}`) have no
+    /// local name: they used to be stored under one repaired name (`fleet.a\u{FFFD}`, the last one
+    /// winning), which then never matched etcd, so every consistency check "repaired" it.
+    @Test func anEtcdKeyWhoseNameIsNotUTF8IsReportedAndNotApplied() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryStoreAsync { store, _, log in
+            let client = try etcd.client
+            let first = Array("/fleet/svc/a".utf8) + [0xFF]
+            _ = try client.put(key: first, value: Array(typedInt(1).utf8))
+            _ = try client.put(key: Array("/fleet/svc/a".utf8) + [0xFE], value: Array(typedInt(2).utf8))
+            let mirror = try fleetMirror(store, etcd)
+            try await mirror.start()
+            #expect(try store.keyNames() == [])
+            // Through the watch too: a revision with such a key applies its other keys.
+            let revision = try client.txn(
+                EtcdTxnRequest(
+                    compare: [],
+                    success: [
+                        .delete(key: Data(first)),
+                        .put(key: Data("/fleet/svc/counter".utf8), value: Data(typedInt(3).utf8)),
+                    ])
+            ).header.revision
+            try await waitUntil("the revision is applied") { mirror.appliedRevision >= revision }
+            #expect(try store.keyNames() == ["fleet.counter"])
+            #expect(mirror.checkConsistency() == [])
+            #expect(log.all.contains { if case .invalidKeyName = $0 { true } else { false } })
+            #expect(!log.all.contains { if case .mirrorRepaired = $0 { true } else { false } })
+            try await mirror.stop()
+        }
+    }
+
     @Test func theConsistencyCheckRepairsADivergentLocalCopy() async throws {
         let etcd = try EtcdCluster()
         try await withTemporaryStoreAsync { store, _, log in

@@ -17,9 +17,8 @@ extension EtcdMirror {
             guard record.revision < revision else { return record.revision }
             for event in events {
                 guard let name = localName(ofEtcdKey: event.kv.key) else { continue }
-                let key = PersistentDefaults.Keys(name: String(decoding: name, as: UTF8.self))
                 do {
-                    try key.validate()
+                    let key = try localKey(named: name)
                     if event.isDelete {
                         try writer.replace(key, with: nil, in: transaction)
                     } else {
@@ -106,16 +105,16 @@ extension EtcdMirror {
         var failures: [PersistentDefaultsError] = []
         for kv in snapshot.kvs {
             guard let name = localName(ofEtcdKey: kv.key) else { continue }
-            let key = PersistentDefaults.Keys(name: String(decoding: name, as: UTF8.self))
             do {
-                try key.validate()
+                let key = try localKey(named: name)
                 let bytes = try parse(kv.value, name: key.name, etcdKey: kv.key, revision: kv.modRevision)
                 try store.core.checkSize(bytes, of: key.name)
                 wanted.values[name] = bytes
             } catch {
                 wanted.unparsable.insert(name)
                 failures.append(
-                    error as? PersistentDefaultsError ?? .decodingFailed(key: key.name, type: "", reason: "\(error)"))
+                    error as? PersistentDefaultsError
+                        ?? .decodingFailed(key: String(decoding: name, as: UTF8.self), type: "", reason: "\(error)"))
             }
         }
         return (wanted, failures)

@@ -410,6 +410,19 @@ public final class EtcdMirror: Sendable {
         return localPrefixBytes + key.dropFirst(etcdPrefixBytes.count)
     }
 
+    /// The local key of a name that ``localName(ofEtcdKey:)`` gave. Throws
+    /// ``PersistentDefaultsError/invalidKeyName(_:reason:)`` for a name that cannot be stored —
+    /// also for one that is not UTF-8: a key name is its UTF-8 bytes, and repairing them into
+    /// U+FFFD would store another name, the same for several etcd keys, that never matches etcd.
+    func localKey(named name: [UInt8]) throws(PersistentDefaultsError) -> PersistentDefaults.Keys {
+        guard let text = String(validating: name, as: UTF8.self) else {
+            throw .invalidKeyName(String(decoding: name, as: UTF8.self), reason: "the etcd key is not UTF-8")
+        }
+        let key = PersistentDefaults.Keys(name: text)
+        try key.validate()
+        return key
+    }
+
     /// The etcd key of a local name under the local prefix; nil for a name outside it.
     func etcdKey(ofLocalName name: [UInt8]) -> Data? {
         guard name.starts(with: localPrefixBytes) else { return nil }
