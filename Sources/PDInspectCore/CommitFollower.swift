@@ -37,8 +37,10 @@ struct CommitFollower {
         defer { token.cancel() }
         var cursor = sequence
         while true {
+            // In batches, each its own snapshot: writers may prune the log between two of them.
             let records = try store.commits(after: cursor, limit: 1_000)
-            guard let last = records.last else { break }
+            guard let first = records.first, let last = records.last else { break }
+            try Self.checkNothingPruned(after: cursor, next: first.sequence)
             cursor = last.sequence
             let shown = prefix.map { prefix in records.compactMap { $0.onlyChanges(under: prefix) } } ?? records
             guard try handle(shown) else { return }
@@ -51,14 +53,31 @@ struct CommitFollower {
                 timeout = .now() + .nanoseconds(Int(left / .nanoseconds(1)))
             }
             let records = inbox.takeAll().filter { $0.sequence > cursor }
-            guard let last = records.last else {
+            guard let first = records.first, let last = records.last else {
                 // Signalled by each delivered record and by SIGINT/SIGTERM.
                 _ = wakeUp.wait(timeout: timeout)
                 continue
             }
+            // The commit observer skips only records pruned before this process read them (a
+            // prefix observer also every commit that changed no key under the prefix).
+            if prefix == nil { try Self.checkNothingPruned(after: cursor, next: first.sequence) }
             cursor = last.sequence
             guard try handle(records) else { return }
         }
+    }
+}
+
+extension CommitFollower {
+    /// Throws when the record that follows `cursor` is not the next sequence number: the ones
+    /// between were pruned (``PersistentDefaults/Options/logRetention``) before this reader got
+    /// them. A log's sequence numbers have no gaps (each commit logs the last one + 1), so a gap
+    /// is always a loss, which must not look like a quiet spell.
+    static func checkNothingPruned(after cursor: UInt64, next: UInt64) throws {
+        guard next - cursor > 1 else { return }
+        throw CommandFailure(
+            .failure,
+            "records #\(cursor + 1)…#\(next - 1) were pruned from the log before they could be read; "
+                + "nothing from #\(next) on was printed")
     }
 }
 
@@ -106,9 +125,9 @@ final class StopSignal: @unchecked Sendable {
     /// too, for each new record).
     let wakeUp = DispatchSemaphore(value: 0)
 
-    /// Starts listening for SIGINT and SIGTERM.
-    init() {
-        for number in [SIGINT, SIGTERM] {
+    /// Starts listening for `signals` (SIGINT and SIGTERM; a test passes none).
+    init(signals: [Int32] = [SIGINT, SIGTERM]) {
+        for number in signals {
             // The default action would kill the process; the dispatch source handles it instead.
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())

@@ -38,6 +38,11 @@ struct LogVerb: VerbCommand {
             since = last > UInt64(limit) ? last - UInt64(limit) : 0
         }
         var records = try store.commits(after: since, limit: range.limit ?? .max)
+        // Records after an explicit --since that the log no longer holds are an answer, not
+        // "all there is" (without it the log starts where it starts).
+        if range.since != nil, let first = records.first {
+            try CommitFollower.checkNothingPruned(after: since, next: first.sequence)
+        }
         var remaining = follow?.maxEvents ?? .max
         records = Array(records.prefix(remaining))
         remaining -= records.count
