@@ -56,7 +56,10 @@ public enum PersistentDefaultsError: Error, Sendable, Equatable, CustomStringCon
     case ownedByMirror(key: String, localPrefix: String, etcdPrefix: String)
     /// Reported (not thrown) by an ``EtcdMirror`` whose consistency check found the local copy
     /// of `localPrefix` different from etcd at `revision` — a change the watch did not deliver —
-    /// and made it equal, changing `keys` in one commit.
+    /// and made it equal, changing `keys` in one commit. Also when etcd's history went back (a
+    /// member restarted without its data, or from an older backup, starts its revisions over):
+    /// the local copy was made equal to etcd's state at its current `revision`, lower than the
+    /// one recorded before, in one commit that changed `keys` (possibly none).
     case mirrorRepaired(localPrefix: String, revision: Int64, keys: [String])
     /// A ``Snapshot``, ``WriteTransaction`` or ``EtcdMirrorTransaction`` (`type`) was used after
     /// the closure it was passed to (`read { }`, `write { }`) returned; nothing was read or written.
@@ -112,7 +115,8 @@ public enum PersistentDefaultsError: Error, Sendable, Equatable, CustomStringCon
                 + "\"\(etcdPrefix)\"); write it through the EtcdMirror or in etcd; nothing was written"
         case .mirrorRepaired(let localPrefix, let revision, let keys):
             "the mirror of \"\(localPrefix)\" differed from etcd at revision \(revision) and was repaired: "
-                + keys.prefix(10).joined(separator: ", ") + (keys.count > 10 ? " … (\(keys.count) keys)" : "")
+                + (keys.isEmpty ? "no key changed" : keys.prefix(10).joined(separator: ", "))
+                + (keys.count > 10 ? " … (\(keys.count) keys)" : "")
         case .usedAfterClosure(let type):
             "a \(type) was used after the closure it was passed to returned; nothing was read or written"
         case .storeClosed(let path, let reason):

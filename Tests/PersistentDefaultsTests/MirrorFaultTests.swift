@@ -99,4 +99,107 @@ struct MirrorFaultTests {
             try await mirror.stop()
         }
     }
+
+    /// An etcd member restarted without its data (or from an older backup) keeps its cluster ID
+    /// and starts its revisions over. A mirror whose store recorded a newer revision used to take
+    /// the store for up to date — keeping values etcd no longer had — and to watch from a
+    /// revision in etcd's future, missing every put until etcd passed the old number.
+    @Test func aMirrorStartedAfterEtcdLostItsHistoryCopiesEtcdAgainAndFollowsIt() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryStoreAsync { store, _, log in
+            let first = try fleetMirror(store, etcd)
+            try await first.start()
+            let old = try writeOldHistory(etcd)
+            try await waitUntil("the mirror applied the old history", timeout: .seconds(20)) {
+                first.appliedRevision >= old
+            }
+            try await first.stop()
+            try etcd.restartWithoutData(0)
+            _ = try etcd.put("/fleet/svc/maxConnections", typedInt(300))
+            let revision = try etcd.put("/fleet/svc/counter", typedInt(9))
+            #expect(revision < old, "etcd's history did not go back")
+            let before = try store.lastSequence()
+            let second = try fleetMirror(store, etcd)
+            try await second.start()
+            #expect(try localCopy(store, prefix: "fleet.") == etcdCopy(etcd))
+            #expect(try store.commits(after: before).count == 1)
+            #expect(try store.mirroredPrefixes().first?.revision == revision)
+            #expect(repairs(log) == [revision])
+            let later = try etcd.put("/fleet/svc/counter", typedInt(10))
+            try await waitUntil("a later put arrived", timeout: .seconds(20)) {
+                try localCopy(store, prefix: "fleet.") == etcdCopy(etcd) && second.appliedRevision == later
+            }
+            #expect(try store.commits(after: before).count == 2)
+            try await second.stop()
+        }
+    }
+
+    /// The same while two mirrors of one store run (as two processes of a host would): their
+    /// watches reconnect to the restarted member; one of them applies etcd's new state in one
+    /// commit, the other notices and follows from there, and every later revision is one commit.
+    @Test func runningMirrorsFollowEtcdAfterItLostItsHistoryApplyingTheDifferenceOnce() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryStoreAsync { store, _, log in
+            let mirrors = try (0..<2).map { _ in try fleetMirror(store, etcd) }
+            for mirror in mirrors { try await mirror.start() }
+            let old = try writeOldHistory(etcd)
+            try await waitUntil("both mirrors applied the old history", timeout: .seconds(20)) {
+                mirrors.allSatisfy { $0.appliedRevision >= old }
+            }
+            let before = try store.lastSequence()
+            let commits = Guarded(0)
+            let token = store.observe(prefix: "fleet.") { _ in commits.withLock { $0 += 1 } }
+            try etcd.restartWithoutData(0)
+            _ = try etcd.put("/fleet/svc/maxConnections", typedInt(300))
+            #expect(try etcd.put("/fleet/svc/counter", typedInt(9)) < old, "etcd's history did not go back")
+            try await waitUntil("the local copy equals etcd again", timeout: .seconds(20)) {
+                try localCopy(store, prefix: "fleet.") == etcdCopy(etcd)
+            }
+            let later = try etcd.put("/fleet/svc/counter", typedInt(10))
+            try await waitUntil("a later put arrived at both mirrors", timeout: .seconds(20)) {
+                store[counter] == 10 && mirrors.allSatisfy { $0.state == .live(revision: later) }
+            }
+            #expect(try localCopy(store, prefix: "fleet.") == etcdCopy(etcd))
+            // One commit for the new history up to the revision repaired, then one per revision.
+            let repaired = repairs(log)
+            #expect(repaired.count == 1)
+            let expected = 1 + Int(later - (repaired.first ?? later))
+            #expect(try store.commits(after: before).count == expected)
+            try await waitUntil("the observer saw every commit", timeout: .seconds(20)) {
+                commits.withLock { $0 } >= expected
+            }
+            #expect(commits.withLock { $0 } == expected)
+            #expect(try store.mirroredPrefixes().first?.revision == later)
+            token.cancel()
+            for mirror in mirrors { try await mirror.stop() }
+        }
+    }
+}
+
+private let counter = PersistentDefaults.Key<Int>("fleet.counter", default: 0)
+
+/// A mirror of etcd's `/fleet/svc/` into the store's `fleet.` keys, with the fault timings.
+private func fleetMirror(_ store: PersistentDefaults, _ etcd: EtcdCluster) throws -> EtcdMirror {
+    try EtcdMirror(
+        store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
+        options: faultOptions())
+}
+
+/// Seven revisions under `/fleet/svc/`, the last setting a banner that the new history lacks;
+/// the revision of the last.
+private func writeOldHistory(_ etcd: EtcdCluster) throws -> Int64 {
+    for value in 1...6 { _ = try etcd.put("/fleet/svc/counter", typedInt(value)) }
+    return try etcd.put("/fleet/svc/banner", #"{"type":"string","value":"old"}"#)
+}
+
+/// etcd's `/fleet/svc/` as local `fleet.` keys.
+private func etcdCopy(_ etcd: EtcdCluster) throws -> [String: String] {
+    try etcdCopy(etcd, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.")
+}
+
+/// The revisions of the `mirrorRepaired` reports of the `fleet.` mirrors.
+private func repairs(_ log: ErrorLog) -> [Int64] {
+    log.all.compactMap { error in
+        if case .mirrorRepaired("fleet.", let revision, _) = error { revision } else { nil }
+    }
 }

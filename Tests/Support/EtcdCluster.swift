@@ -98,6 +98,18 @@ public final class EtcdCluster: @unchecked Sendable {
         lock.withLock { members[index].child = nil }
     }
 
+    /// Kills member `index`, removes its data directory and starts it again on the same ports,
+    /// then waits until it serves — what an operator does who restarts a member without its data
+    /// (or restores an older backup). In a one-member cluster the member keeps its cluster ID
+    /// (made from `--initial-cluster` and the token) and its revisions start over at 1.
+    public func restartWithoutData(_ index: Int) throws {
+        kill(index)
+        let name = lock.withLock { members[index].name }
+        try FileManager.default.removeItem(atPath: "\(directory)/\(name)")
+        try start(index)
+        try waitUntilServing(index)
+    }
+
     /// Whether member `index` was started and not killed.
     public func isRunning(_ index: Int) -> Bool { lock.withLock { members[index].child != nil } }
 

@@ -49,9 +49,10 @@ extension EtcdMirror {
     /// Makes the local copy equal to `snapshot` (etcd's prefix at one revision) in one
     /// transaction. Applied only when the store holds an older revision (or one of another
     /// cluster) — or, for a repair (`repairAt`), exactly that revision. Returns the names it
-    /// changed, nil when it applied nothing because the store moved on.
+    /// changed, nil when it applied nothing because the store moved on. `epoch`: the
+    /// ``Status/epoch`` when the caller read the revision it repairs.
     @discardableResult
-    func applySnapshot(_ snapshot: EtcdRangeResponse, repairAt: Int64? = nil) throws -> [String]? {
+    func applySnapshot(_ snapshot: EtcdRangeResponse, repairAt: Int64? = nil, epoch: Int? = nil) throws -> [String]? {
         let revision = snapshot.header.revision
         let (wanted, failures) = desiredValues(snapshot)
         let core = store.core
@@ -67,20 +68,7 @@ extension EtcdMirror {
             } else {
                 guard record.revision < revision || !sameCluster else { return record.revision }
             }
-            for name in try localNames(in: transaction) where wanted.values[name] == nil {
-                // A key whose etcd value does not parse keeps its last good value.
-                guard !wanted.unparsable.contains(name) else { continue }
-                let key = PersistentDefaults.Keys(name: String(decoding: name, as: UTF8.self))
-                try writer.replace(key, with: nil, in: transaction)
-                changed.append(key.name)
-            }
-            for (name, bytes) in wanted.values.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
-                let key = PersistentDefaults.Keys(name: String(decoding: name, as: UTF8.self))
-                if try core.encodedValue(named: name, in: transaction) != bytes {
-                    try writer.replace(key, with: bytes, in: transaction)
-                    changed.append(key.name)
-                }
-            }
+            changed = try makeLocalCopyEqual(to: wanted, writer: writer, in: transaction)
             if repairAt == nil {
                 record.revision = revision
                 record.clusterID = snapshot.header.clusterID
@@ -94,7 +82,82 @@ extension EtcdMirror {
         for failure in failures { core.reporter.report(failure) }
         guard let recorded else { return nil }
         status.withLock { $0.contactRecorded = .now }
-        noteApplied(recorded)
+        noteApplied(recorded, epoch: epoch)
+        return changed
+    }
+
+    /// Makes the local copy equal to `snapshot` once etcd's history went back under the same
+    /// cluster ID — a member restarted without its data, or restored from an older backup,
+    /// keeps its cluster ID and starts its revisions over — so that the store records a newer
+    /// revision than etcd's current one. `before` is this mirror's record as read before the
+    /// request that showed etcd behind it.
+    ///
+    /// Applied in one transaction (one commit, also when no value changed), recording the
+    /// snapshot's revision, only when the store still holds `before`: a revision of the new
+    /// history that another mirror of the store (another process) applied meanwhile is never
+    /// taken back. When another mirror copied etcd's new state already, the snapshot is applied
+    /// only if newer, as ``applySnapshot(_:repairAt:epoch:)`` does. The changed keys are reported
+    /// (``PersistentDefaultsError/mirrorRepaired(localPrefix:revision:keys:)``) by the mirror that
+    /// made the copy, and the revision the store then holds is noted, though lower than the one
+    /// noted before. Returns false, changing nothing, when the store moved meanwhile and still
+    /// records a newer revision than the snapshot's: read the record and etcd again.
+    func applyAfterHistoryWentBack(_ snapshot: EtcdRangeResponse, before: MirrorRecord) throws -> Bool {
+        let revision = snapshot.header.revision
+        let (wanted, failures) = desiredValues(snapshot)
+        let core = store.core
+        var repaired: [String]?
+        let recorded: Int64? = try core.write { writer in
+            writer.appliesMirror = true
+            repaired = nil  // The body runs again when the map grows.
+            let transaction = try writer.live()
+            var record = try ownRecord(in: transaction)
+            let sameCluster = record.clusterID.isEmpty || record.clusterID == snapshot.header.clusterID
+            if sameCluster, record.revision > revision {
+                guard record.revision == before.revision, record.applied == before.applied else { return nil }
+            } else if sameCluster, record.revision == revision {
+                return revision  // Another mirror of the store made this copy.
+            }
+            let changed = try makeLocalCopyEqual(to: wanted, writer: writer, in: transaction)
+            if sameCluster, record.revision > revision { repaired = changed }
+            record.revision = revision
+            record.clusterID = snapshot.header.clusterID
+            record.applied = Date()
+            record.contact = record.applied
+            try core.recordMirror(record, localPrefix: localPrefixBytes, in: transaction)
+            writer.logsWithoutValueChanges = true
+            return revision
+        }
+        for failure in failures { core.reporter.report(failure) }
+        guard let recorded else { return false }
+        status.withLock { $0.contactRecorded = .now }
+        noteHistoryWentBack(to: recorded)
+        if let repaired {
+            core.reporter.report(
+                PersistentDefaultsError.mirrorRepaired(localPrefix: localPrefix, revision: revision, keys: repaired))
+        }
+        return true
+    }
+
+    /// Makes the names under the local prefix hold exactly the values of `wanted`, in
+    /// `transaction`; a name whose etcd value does not parse keeps its last good value. Returns
+    /// the names changed.
+    private func makeLocalCopyEqual(
+        to wanted: CatchUp, writer: WriteTransaction, in transaction: Transaction
+    ) throws -> [String] {
+        var changed: [String] = []
+        for name in try localNames(in: transaction) where wanted.values[name] == nil {
+            guard !wanted.unparsable.contains(name) else { continue }
+            let key = PersistentDefaults.Keys(name: String(decoding: name, as: UTF8.self))
+            try writer.replace(key, with: nil, in: transaction)
+            changed.append(key.name)
+        }
+        for (name, bytes) in wanted.values.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
+            let key = PersistentDefaults.Keys(name: String(decoding: name, as: UTF8.self))
+            if try store.core.encodedValue(named: name, in: transaction) != bytes {
+                try writer.replace(key, with: bytes, in: transaction)
+                changed.append(key.name)
+            }
+        }
         return changed
     }
 
@@ -183,6 +246,7 @@ extension EtcdMirror {
             return true
         }
         guard due else { return }
+        let epoch = status.withLock { $0.epoch }
         do {
             let core = store.core
             let recorded: Int64 = try core.write { writer in
@@ -198,7 +262,7 @@ extension EtcdMirror {
                 try core.recordMirror(record, localPrefix: localPrefixBytes, in: transaction)
                 return record.revision
             }
-            noteApplied(recorded)
+            noteApplied(recorded, epoch: epoch)
         } catch {
             store.core.reporter.report(error)
         }

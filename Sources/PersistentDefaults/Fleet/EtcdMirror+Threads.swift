@@ -2,15 +2,44 @@ import Foundation
 
 /// The mirror's two threads — the watch, and the periodic consistency check — and the first copy.
 extension EtcdMirror {
-    /// Reads the prefix and either applies it (first start, another cluster, compacted history)
-    /// or prepares the catch-up of a restart. Returns the revision `start()` waits for. Runs on a
-    /// request thread.
+    /// Reads the prefix and either applies it (first start, another cluster, compacted history,
+    /// a history that went back) or prepares the catch-up of a restart. Returns the revision
+    /// `start()` waits for. Runs on a request thread.
     func initialCopy() throws -> Int64 {
         let deadline = ContinuousClock.now + options.startTimeout
-        var snapshot: EtcdRangeResponse?
-        while snapshot == nil {
+        while true {
+            // Read before etcd is asked: a revision recorded then that is newer than etcd's answer
+            // (a linearizable read) means etcd's history went back; one recorded after may be a
+            // newer revision that another mirror of the store applied meanwhile.
+            let before = try store.core.environment.withRead { try ownRecord(in: $0) }
+            let snapshot = try readPrefix(until: deadline)
+            let sameCluster = before.clusterID.isEmpty || before.clusterID == snapshot.header.clusterID
+            if sameCluster, snapshot.header.revision < before.revision {
+                guard try applyAfterHistoryWentBack(snapshot, before: before) else { continue }
+                return snapshot.header.revision
+            }
+            let record = try store.core.environment.withRead { try ownRecord(in: $0) }
+            if record.revision == 0 || !sameCluster {
+                try applySnapshot(snapshot)
+            } else if record.revision >= snapshot.header.revision {
+                noteApplied(record.revision)
+            } else {
+                // A restart: the watch resumes after the recorded revision; `start()` returns once
+                // the local copy equals this snapshot or the watch went past it.
+                let (wanted, _) = desiredValues(snapshot)
+                status.withLock { $0.catchUp = wanted }
+                noteApplied(record.revision)
+                if try localCopyMatches(wanted) { finishCatchUp() }
+            }
+            return snapshot.header.revision
+        }
+    }
+
+    /// The prefix at etcd's newest revision, retried while no endpoint answers until `deadline`.
+    private func readPrefix(until deadline: ContinuousClock.Instant) throws -> EtcdRangeResponse {
+        while true {
             do {
-                snapshot = try client.range(prefix: etcdPrefixBytes)
+                return try client.range(prefix: etcdPrefixBytes)
             } catch EtcdMirrorError.unavailable(let endpoints, let reason) {
                 guard ContinuousClock.now < deadline, !stopSignal.isRaised else {
                     throw EtcdMirrorError.unavailable(endpoints: endpoints, reason: reason)
@@ -18,22 +47,6 @@ extension EtcdMirror {
                 if stopSignal.wait(for: options.maxBackoff) { throw EtcdMirrorError.notRunning }
             }
         }
-        guard let snapshot else { throw EtcdMirrorError.notRunning }
-        let record = try store.core.environment.withRead { try ownRecord(in: $0) }
-        let sameCluster = record.clusterID.isEmpty || record.clusterID == snapshot.header.clusterID
-        if record.revision == 0 || !sameCluster {
-            try applySnapshot(snapshot)
-        } else if record.revision >= snapshot.header.revision {
-            noteApplied(record.revision)
-        } else {
-            // A restart: the watch resumes after the recorded revision; `start()` returns once
-            // the local copy equals this snapshot or the watch went past it.
-            let (wanted, _) = desiredValues(snapshot)
-            status.withLock { $0.catchUp = wanted }
-            noteApplied(record.revision)
-            if try localCopyMatches(wanted) { finishCatchUp() }
-        }
-        return snapshot.header.revision
     }
 
     /// Ends the catch-up: the local copy is consistent with etcd at the catch-up revision.
@@ -71,7 +84,8 @@ extension EtcdMirror {
 
     /// Watches the prefix from the applied revision + 1, applying each revision as it arrives;
     /// on failure moves to the next endpoint after a pause that doubles up to
-    /// ``Options/maxBackoff`` (no busy loop), and re-reads the prefix after a compaction.
+    /// ``Options/maxBackoff`` (no busy loop), and re-reads the prefix after a compaction or when
+    /// etcd's history went back.
     func watchLoop() {
         var endpoint = client.preferredIndex
         var failures = 0
@@ -79,20 +93,39 @@ extension EtcdMirror {
             status.withLock { $0.watchEndpoint = endpoint }
             let connected = ContinuousClock.now
             var failure: String?
-            let end = client.watch(
-                endpointIndex: endpoint, prefix: etcdPrefixBytes, startRevision: appliedRevision + 1, wake: wake,
-                shouldStop: { stopSignal.isRaised },
-                onResult: { result in
-                    do {
-                        try self.handle(result)
-                        return !self.stopSignal.isRaised
-                    } catch {
-                        failure = "applying a revision failed: \(error)"
-                        self.store.core.reporter.report(error)
-                        return false
-                    }
-                })
+            var wentBack = false
+            let end: EtcdClient.WatchEnd
+            do {
+                // Read before the request, for the first response to be compared with.
+                let before = try store.core.environment.withRead { try ownRecord(in: $0) }
+                var first = true
+                end = client.watch(
+                    endpointIndex: endpoint, prefix: etcdPrefixBytes, startRevision: appliedRevision + 1, wake: wake,
+                    shouldStop: { stopSignal.isRaised },
+                    onResult: { result in
+                        do {
+                            // etcd's history can go back only while no connection is open: the
+                            // first response of each (which confirms the watch) tells.
+                            if first {
+                                first = false
+                                wentBack = try self.followIfHistoryWentBack(header: result.header, before: before)
+                                if wentBack { return false }
+                            }
+                            try self.handle(result)
+                            return !self.stopSignal.isRaised
+                        } catch {
+                            failure = "applying a revision failed: \(error)"
+                            self.store.core.reporter.report(error)
+                            return false
+                        }
+                    })
+            } catch {
+                end = .failed("reading the mirror's record failed: \(error)")
+                store.core.reporter.report(error)
+            }
             if stopSignal.isRaised { return }
+            // The local copy equals etcd's new history: watch from its revision at once.
+            if wentBack { continue }
             switch end {
             case .stopped:
                 break
@@ -115,6 +148,25 @@ extension EtcdMirror {
             let jitter = Duration.milliseconds(Int.random(in: 0...max(1, Int(pause / .milliseconds(1)) / 4)))
             if stopSignal.wait(for: pause + jitter) { return }
         }
+    }
+
+    /// Whether etcd's history went back: the first response to a watch request, made when the
+    /// store recorded `before`, carries an older revision than the mirror applied. Then makes the
+    /// local copy equal to etcd's newest state (``applyAfterHistoryWentBack(_:before:)``).
+    ///
+    /// etcd's revisions never decrease while it keeps its data, but a watch is answered by the
+    /// member it talks to, which may not have applied the newest revisions yet: a linearizable
+    /// read tells such a member apart. Returns true also when the store moved meanwhile (the
+    /// next connection checks again), false when etcd did not go back.
+    private func followIfHistoryWentBack(header: EtcdHeader, before: MirrorRecord) throws -> Bool {
+        let applied = max(appliedRevision, before.revision)
+        guard header.revision < applied else { return false }
+        let snapshot = try client.range(prefix: etcdPrefixBytes)
+        guard snapshot.header.revision < applied else { return false }
+        // False: another mirror of the store applied a revision meanwhile; the next connection
+        // reads the record again and checks again.
+        _ = try applyAfterHistoryWentBack(snapshot, before: before)
+        return true
     }
 
     /// One watch response: a revision's events, the confirmation of the watch, or a progress
@@ -178,6 +230,7 @@ extension EtcdMirror {
     /// Returns the keys repaired (empty when none), nil when it could not check.
     @discardableResult
     func checkConsistency() -> [String]? {
+        let epoch = status.withLock { $0.epoch }
         do {
             let revision = try store.core.environment.withRead { try ownRecord(in: $0).revision }
             guard revision > 0 else { return nil }
@@ -187,11 +240,14 @@ extension EtcdMirror {
             } catch is EtcdCompacted {
                 // The revision is gone: only a newer one can be checked, once the watch reaches it.
                 return nil
+            } catch EtcdMirrorError.etcd(_, let message) where message.contains("future revision") {
+                // etcd's history went back: the watch makes the copy again when it reconnects.
+                return nil
             }
             recordContact(progressRevision: nil)
             let (wanted, _) = desiredValues(snapshot)
             if try localCopyMatches(wanted) { return [] }
-            guard let repaired = try applySnapshot(snapshot, repairAt: revision) else { return nil }
+            guard let repaired = try applySnapshot(snapshot, repairAt: revision, epoch: epoch) else { return nil }
             if !repaired.isEmpty {
                 store.core.reporter.report(
                     PersistentDefaultsError.mirrorRepaired(localPrefix: localPrefix, revision: revision, keys: repaired)

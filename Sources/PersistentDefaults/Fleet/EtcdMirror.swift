@@ -30,7 +30,9 @@ import Foundation
 /// - **Resume without loss or repeat**: a restart watches from the recorded revision + 1. The
 ///   applying transaction applies a revision only when it is newer than the recorded one, so
 ///   several processes mirroring one store apply each revision once. When etcd compacted past
-///   the recorded revision, the prefix is read again and the difference applied in one commit.
+///   the recorded revision, the prefix is read again and the difference applied in one commit;
+///   so too when etcd's history went back (a member restarted without its data keeps its
+///   cluster ID and starts its revisions over), which is also reported.
 /// - **Ownership**: local names under `localPrefix` belong to the mirror (recorded in `meta` by
 ///   the initializer); any other write of them, in any process, throws
 ///   ``PersistentDefaultsError/ownedByMirror(key:localPrefix:etcdPrefix:)`` and writes nothing.
@@ -119,6 +121,9 @@ public final class EtcdMirror: Sendable {
         var threadsStarted = false
         /// The index of the endpoint the watch uses or tries next.
         var watchEndpoint = 0
+        /// Counts the times etcd's history went back (``EtcdMirror/noteHistoryWentBack(to:)``): a
+        /// revision read from the store before then is not noted after.
+        var epoch = 0
     }
 
     /// The etcd prefix read at `revision`, for `start()` to tell when the watch caught up.
@@ -389,9 +394,12 @@ public final class EtcdMirror: Sendable {
         waiter?.continuation.resume(throwing: error)
     }
 
-    /// Notes that the store holds `revision`, and resumes the callers waiting for it.
-    func noteApplied(_ revision: Int64) {
+    /// Notes that the store holds `revision`, and resumes the callers waiting for it. `epoch`:
+    /// the ``Status/epoch`` when the caller read `revision` from the store, when another thread
+    /// of the mirror may have noted since that etcd's history went back.
+    func noteApplied(_ revision: Int64, epoch: Int? = nil) {
         let ready = status.withLock { status -> [CheckedContinuation<Void, any Error>] in
+            if let epoch, epoch != status.epoch { return [] }
             status.applied = max(status.applied, revision)
             if case .live = status.state { status.state = .live(revision: status.applied) }
             let consistent = max(status.applied, status.caughtUp)
@@ -400,6 +408,24 @@ public final class EtcdMirror: Sendable {
             return ready.values.map(\.continuation)
         }
         for continuation in ready { continuation.resume() }
+    }
+
+    /// Notes that etcd's history went back and the store holds `revision` of the new one: unlike
+    /// ``noteApplied(_:epoch:)``, the revision noted may go down. Every waiter is resumed: the
+    /// local copy equals etcd's newest state, and the revision a waiter waits for may belong to
+    /// the history that is gone (never to come, or another change under the same number).
+    func noteHistoryWentBack(to revision: Int64) {
+        let waiters = status.withLock { status in
+            status.epoch += 1
+            status.applied = revision
+            status.progress = revision
+            status.caughtUp = revision
+            status.catchUp = nil
+            if case .live = status.state { status.state = .live(revision: revision) }
+            defer { status.waiters.removeAll() }
+            return Array(status.waiters.values)
+        }
+        for waiter in waiters { waiter.continuation.resume() }
     }
 
     // MARK: Names
