@@ -1,4 +1,3 @@
-import CLMDB
 import Foundation
 import PDTestSupport
 import PersistentDefaults
@@ -199,9 +198,7 @@ private func roundTrip<Value: Codable & Equatable & Sendable>(
                 let store = try PersistentDefaults(path: path)
                 store[.launchCount] = 1
             }
-            try withRawWrite(path) { txn in
-                put(txn, database: "values", key: Array("legacy".utf8), value: legacyBytes)
-            }
+            try rawLMDBPut(path, [RawLMDBEntry(database: "values", key: Array("legacy".utf8), value: legacyBytes)])
             let store = try PersistentDefaults(path: path)
             let key = PersistentDefaults.Key<Date>("legacy", default: .distantPast)
             #expect(try store.value(for: key) == Date(timeIntervalSince1970: legacy))

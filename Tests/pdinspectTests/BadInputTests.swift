@@ -92,6 +92,23 @@ struct BadInputTests {
         #expect(fixture.dataBytes == before)
     }
 
+    /// A `meta` database holding `format-version` = 0 (`00 00 00 00`), a version that never
+    /// existed: every verb, `check` included, refused nothing before (exit 0).
+    @Test func formatVersionZeroIsRefused() throws {
+        let fixture = try TemporaryStore()
+        try rawLMDBPut(
+            fixture.path, [RawLMDBEntry(database: "meta", key: Array("format-version".utf8), value: [0, 0, 0, 0])])
+        let before = fixture.dataBytes
+        for verb in Self.verbs {
+            let outcome = try pdinspect(arguments: [verb[0], fixture.path] + verb.dropFirst())
+            #expect(outcome.status == 3, "\(verb): \(outcome)")
+            #expect(outcome.isOneErrorLine, "\(verb): \(outcome)")
+            #expect(outcome.stderr.contains("the format version is 0"), "\(verb): \(outcome)")
+            #expect(outcome.stdout.isEmpty, "\(verb): \(outcome)")
+        }
+        #expect(fixture.dataBytes == before)
+    }
+
     @Test func badValuesAndKeyNamesAreUsageErrors() throws {
         let fixture = try TemporaryStore()
         let before = fixture.dataBytes
