@@ -211,6 +211,26 @@ private func roundTrip<Value: Codable & Equatable & Sendable>(
         }
     }
 
+    /// Dates that Foundation's calendar cannot show right were described as wrong dates: 1e300
+    /// seconds and infinity as 506713-02-07, -1e300 and NaN as -4712-01-01.
+    @Test func aDateOutsideTheCalendarIsDescribedAsItsSeconds() {
+        let note = " seconds since 1970 (not shown as a date: outside 1582-10-15…9999-12-31)"
+        let outside: [(Double, String)] = [
+            (1e300, "1e+300"), (-1e300, "-1e+300"), (.nan, "nan"), (.infinity, "inf"), (-.infinity, "-inf"),
+            (1e15, "1000000000000000.0"), (-12_219_292_801, "-12219292801.0"), (253_402_300_800, "253402300800.0"),
+        ]
+        for (seconds, text) in outside {
+            #expect(StoredValue.date(Date(timeIntervalSince1970: seconds)).description == text + note)
+        }
+        let inside: [(Double, String)] = [
+            (-12_219_292_800, "1582-10-15T00:00:00Z"), (0, "1970-01-01T00:00:00Z"),
+            (253_402_300_799, "9999-12-31T23:59:59Z"),
+        ]
+        for (seconds, text) in inside {
+            #expect(StoredValue.date(Date(timeIntervalSince1970: seconds)).description == text)
+        }
+    }
+
     @Test func storedValueBytesRoundTripAndRejectMalformedInput() throws {
         let values: [StoredValue] = [
             .null, .bool(false), .int(-1), .uint(9), .double(-0.5), .string(""), .data(Data()),

@@ -151,6 +151,15 @@ struct BadInputTests {
         #expect(outcome.stdout.contains(#""value":4"#), "\(outcome)")
     }
 
+    /// A forged commit record's time outside the calendar was printed by `log`, `watch` and
+    /// `describe` as a wrong date; it is shown as its seconds, like a date value.
+    @Test func commitTimesOutsideTheCalendarAreShownAsSeconds() {
+        #expect(TextTable.timestamp(Date(timeIntervalSince1970: 1_800_000_000.5)) == "2027-01-15T08:00:00.500Z")
+        #expect(
+            TextTable.timestamp(Date(timeIntervalSince1970: -1e12))
+                == "-1000000000000.0 seconds since 1970 (not shown as a date: outside 1582-10-15…9999-12-31)")
+    }
+
     @Test func badValuesAndKeyNamesAreUsageErrors() throws {
         let fixture = try TemporaryStore()
         let before = fixture.dataBytes
