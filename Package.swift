@@ -36,8 +36,8 @@ let package = Package(
         .executableTarget(name: "pd-demo", dependencies: ["PersistentDefaults"], path: "Examples/pd-demo"),
         // What the test suites, the fixture, the reliability drivers and pdbench share: finding a
         // built product, running a child process, temporary directories, exit codes, etcd
-        // members, and the kill-test, power-cut and fuzz logic.
-        .target(name: "PDTestSupport", dependencies: ["PersistentDefaults"], path: "Tests/Support"),
+        // members, raw LMDB writes, and the kill-test, power-cut and fuzz logic.
+        .target(name: "PDTestSupport", dependencies: ["PersistentDefaults", "CLMDB"], path: "Tests/Support"),
         // A child process for the tests: writes to a store as another process would (one mode
         // per job, listed in its main.swift).
         .executableTarget(

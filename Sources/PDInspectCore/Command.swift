@@ -46,6 +46,7 @@ extension FollowOptions {
     static let details = """
         --max-events and --timeout make the command stop by itself (for scripts and tests);
         otherwise it follows until SIGINT or SIGTERM, woken by each commit like any observer
-        of the store. With --json, one JSON object per line.
+        of the store. With --json, one JSON object per line. A malformed log key or record
+        ends it with one line and exit 3.
         """
 }

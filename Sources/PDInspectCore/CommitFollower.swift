@@ -15,24 +15,38 @@ import Synchronization
 ///
 /// With a prefix, it follows through ``PersistentDefaults/observe(prefix:queue:_:)`` and passes
 /// only the changes of keys under the prefix (records without any are left out).
+///
+/// It opens the store itself, with an error handler of its own: an error that the library
+/// reports while it registers the observer or delivers (a malformed log key or record) ends
+/// the follow, thrown as the command's one line, instead of being printed to standard error
+/// by the library's default handler — once more beside pdinspect's own line, or while the
+/// command went on and exited 0.
 struct CommitFollower {
     let store: PersistentDefaults
-    var prefix: String? = nil
+    let prefix: String?
+    private let inbox = Inbox()
+
+    /// Opens the store at `path` read-only (never creating one) for following. A store that
+    /// this process has open already keeps the error handler of its first open (the library
+    /// shares one store per path), so the errors go there: `pdinspect` opens only this one.
+    init(opening path: String, in runner: Runner, prefix: String? = nil) throws {
+        let inbox = inbox
+        store = try runner.open(path, errorHandler: { inbox.report($0) })
+        self.prefix = prefix
+    }
 
     /// Passes each batch of records after `sequence` to `handle` until `handle` returns false,
-    /// the deadline passes or `stop` is raised.
+    /// the deadline passes or `stop` is raised. Throws the first error the library reported
+    /// meanwhile, after passing the records delivered before it was seen.
     func follow(
         after sequence: UInt64, until deadline: ContinuousClock.Instant?, stop: StopSignal,
         _ handle: ([CommitRecord]) throws -> Bool
     ) throws {
-        let inbox = Inbox()
-        let wakeUp = stop.wakeUp
+        let inbox = inbox
+        inbox.wake(stop.wakeUp)
         // Registered before the log is read: every commit after the observer's start arrives in
         // the inbox, and the log read below holds everything up to (at least) that start.
-        let deliver: @Sendable (CommitRecord) -> Void = { record in
-            inbox.append(record)
-            wakeUp.signal()
-        }
+        let deliver: @Sendable (CommitRecord) -> Void = { inbox.append($0) }
         let token = prefix.map { store.observe(prefix: $0, deliver) } ?? store.observeCommits(deliver)
         defer { token.cancel() }
         var cursor = sequence
@@ -52,17 +66,23 @@ struct CommitFollower {
                 if left <= .zero { return }
                 timeout = .now() + .nanoseconds(Int(left / .nanoseconds(1)))
             }
-            let records = inbox.takeAll().filter { $0.sequence > cursor }
-            guard let first = records.first, let last = records.last else {
-                // Signalled by each delivered record and by SIGINT/SIGTERM.
-                _ = wakeUp.wait(timeout: timeout)
-                continue
+            let (delivered, error) = inbox.takeAll()
+            let records = delivered.filter { $0.sequence > cursor }
+            if let first = records.first, let last = records.last {
+                // The commit observer skips a record only when it could not deliver it: one
+                // pruned before this process read it, or one it could not read (the error
+                // reported, which then explains the gap); a prefix observer also skips every
+                // commit that changed no key under the prefix.
+                if prefix == nil, first.sequence != cursor + 1 {
+                    if let error { throw error }
+                    try Self.checkNothingPruned(after: cursor, next: first.sequence)
+                }
+                cursor = last.sequence
+                guard try handle(records) else { return }
             }
-            // The commit observer skips only records pruned before this process read them (a
-            // prefix observer also every commit that changed no key under the prefix).
-            if prefix == nil { try Self.checkNothingPruned(after: cursor, next: first.sequence) }
-            cursor = last.sequence
-            guard try handle(records) else { return }
+            if let error { throw error }
+            // Signalled by each delivered record, each reported error and by SIGINT/SIGTERM.
+            if records.isEmpty { _ = stop.wakeUp.wait(timeout: timeout) }
         }
     }
 }
@@ -92,25 +112,44 @@ extension CommitRecord {
     }
 }
 
-/// Records delivered by the observer, waiting for the follow loop.
+/// Records delivered by the observer and errors reported by the library, waiting for the
+/// follow loop; each one signals the loop's semaphore once it has one.
 ///
-/// `@unchecked Sendable`: `records` is touched only between `lock()` and `unlock()` (an
-/// `NSLock`, which ThreadSanitizer sees).
+/// `@unchecked Sendable`: `records`, `error` and `wakeUp` are touched only between `lock()`
+/// and `unlock()` (an `NSLock`, which ThreadSanitizer sees).
 private final class Inbox: @unchecked Sendable {
     private let lock = NSLock()
     private var records: [CommitRecord] = []
+    /// The first error reported and not yet taken.
+    private var error: PersistentDefaultsError?
+    private var wakeUp: DispatchSemaphore?
 
-    func append(_ record: CommitRecord) {
-        lock.lock()
-        defer { lock.unlock() }
-        records.append(record)
+    /// Signals `semaphore` from now on for each record and error, and once now.
+    func wake(_ semaphore: DispatchSemaphore) {
+        lock.withLock { wakeUp = semaphore }
+        semaphore.signal()
     }
 
-    func takeAll() -> [CommitRecord] {
-        lock.lock()
-        defer { lock.unlock() }
-        defer { records.removeAll() }
-        return records
+    func append(_ record: CommitRecord) {
+        lock.withLock {
+            records.append(record)
+            return wakeUp
+        }?.signal()
+    }
+
+    func report(_ reported: PersistentDefaultsError) {
+        lock.withLock {
+            if error == nil { error = reported }
+            return wakeUp
+        }?.signal()
+    }
+
+    /// The records delivered and the error reported since the last call.
+    func takeAll() -> (records: [CommitRecord], error: PersistentDefaultsError?) {
+        lock.withLock {
+            defer { (records, error) = ([], nil) }
+            return (records, error)
+        }
     }
 }
 

@@ -59,11 +59,17 @@ public struct Runner: Sendable {
         }
     }
 
-    /// Opens an existing store, read-only unless asked; never creates one.
-    func open(_ path: String, readOnly: Bool = true) throws -> PersistentDefaults {
+    /// Opens an existing store, read-only unless asked; never creates one. The library reports
+    /// errors that it cannot throw to `errorHandler` (by default one line on standard error).
+    func open(
+        _ path: String, readOnly: Bool = true,
+        errorHandler: @escaping @Sendable (PersistentDefaultsError) -> Void = PersistentDefaults.Options
+            .printToStandardError
+    ) throws -> PersistentDefaults {
         var options = PersistentDefaults.Options()
         options.readOnly = readOnly
         options.createIfMissing = false
+        options.errorHandler = errorHandler
         return try PersistentDefaults(path: path, options: options)
     }
 

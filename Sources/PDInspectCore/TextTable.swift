@@ -1,4 +1,5 @@
 import Foundation
+import PersistentDefaults
 
 /// Helpers that make human output aligned and readable.
 enum TextTable {
@@ -53,8 +54,12 @@ enum TextTable {
         return out
     }
 
-    /// A commit's time in ISO 8601 with milliseconds, UTC.
+    /// A commit's time in ISO 8601 with milliseconds, UTC; outside the calendar range (a
+    /// forged record's), its seconds since 1970 with a note, as a date value is shown.
     static func timestamp(_ date: Date) -> String {
-        date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
+        guard StoredValue.calendarDates.contains(date.timeIntervalSince1970) else {
+            return StoredValue.uncalendared(date)
+        }
+        return date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
     }
 }

@@ -102,10 +102,11 @@ extension PersistentDefaults {
     /// handle is released).
     public func updates(prefix: String, bufferLimit: Int = 10_000) -> AsyncStream<CommitRecord> {
         AsyncStream(bufferingPolicy: .bufferingOldest(max(bufferLimit, 1))) { continuation in
-            let token = observe(prefix: prefix) { record in
-                if case .dropped = continuation.yield(record) { continuation.finish() }
-            }
-            end(continuation, cancelling: token)
+            let tokens = endingWithStore(continuation)
+            tokens.hold(
+                observe(prefix: prefix) { record in
+                    if case .dropped = continuation.yield(record) { continuation.finish() }
+                })
         }
     }
 
@@ -123,6 +124,7 @@ extension PersistentDefaults {
             // The start value is decoded after the registration, outside the registry's lock, so
             // a change may be delivered first: the start value, older, is then not yielded.
             let delivered = Locked(false)
+            let tokens = endingWithStore(continuation)
             let token = observe(
                 key,
                 registered: { start in
@@ -134,18 +136,24 @@ extension PersistentDefaults {
                         continuation.yield(change.newValue)
                     }
                 })
-            end(continuation, cancelling: token)
+            tokens.hold(token)
         }
     }
 
-    /// Ends `continuation`'s stream when the store closes, and cancels `token` when the stream
-    /// ends (its consumer cancelled, released it, or the store closed).
-    private func end<Element>(_ continuation: AsyncStream<Element>.Continuation, cancelling token: ObservationToken) {
-        let closing = core.observers.onClose { continuation.finish() }
-        continuation.onTermination = { _ in
-            token.cancel()
-            closing.cancel()
-        }
+    /// Ends `continuation`'s stream when the store closes; the returned holder cancels the
+    /// tokens it is given when the stream ends (its consumer cancelled, released it, the store
+    /// closed, or a full buffer finished it).
+    ///
+    /// Call it before registering the stream's observer: the termination handler must be in
+    /// place before the observer can deliver. AsyncStream does not call a handler set after the
+    /// stream ended until the stream is released, so a stream that a delivery finished before
+    /// it was set kept its observer and close action registered (and delivered to) for as long
+    /// as anyone held it.
+    private func endingWithStore<Element>(_ continuation: AsyncStream<Element>.Continuation) -> StreamTokens {
+        let tokens = StreamTokens()
+        continuation.onTermination = { _ in tokens.end() }
+        tokens.hold(core.observers.onClose { continuation.finish() })
+        return tokens
     }
 
     /// A key type's values; see ``updates(for:)-(Key<Value>)``.
@@ -163,6 +171,37 @@ extension PersistentDefaults {
         deliver: @escaping @Sendable (KeyChange<Value>) -> Void
     ) -> ObservationToken {
         core.observe(key, registered: registered, deliver: deliver)
+    }
+}
+
+/// The observation tokens of one `updates` stream, cancelled when the stream ends; a token
+/// given after the end is cancelled at once (the stream ended while it was being set up).
+private final class StreamTokens: Sendable {
+    private struct State {
+        var hasEnded = false
+        var tokens: [ObservationToken] = []
+    }
+
+    private let state = Locked(State())
+
+    /// Keeps `token` until the stream ends; cancels it now if it has ended.
+    func hold(_ token: ObservationToken) {
+        let hasEnded = state.withLock { state in
+            if !state.hasEnded { state.tokens.append(token) }
+            return state.hasEnded
+        }
+        // Outside the lock: a cancellation takes the registry's lock.
+        if hasEnded { token.cancel() }
+    }
+
+    /// Cancels the tokens held, and from now on each one given; the stream has ended.
+    func end() {
+        let tokens = state.withLock { state in
+            state.hasEnded = true
+            defer { state.tokens = [] }
+            return state.tokens
+        }
+        for token in tokens { token.cancel() }
     }
 }
 

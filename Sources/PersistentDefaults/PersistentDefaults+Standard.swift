@@ -21,11 +21,15 @@ extension PersistentDefaults {
     /// choose another place or other options.
     ///
     /// Opened on first use. If it cannot be opened, the error is passed to the configured
-    /// ``Options/errorHandler`` and a store in a new temporary directory stands in, so that the
-    /// app keeps running; nothing written there outlives the process's temporary directory. Only
-    /// when no temporary directory (nor `/dev/shm`) can hold a store either does it stop the
-    /// process, naming every failure: a non-throwing property has nothing left to return. Code
-    /// that must never stop uses ``openStandard()``, which throws instead.
+    /// ``Options/errorHandler`` and a temporary store stands in (``isTemporary`` is true), so
+    /// that the app keeps running: a new private directory
+    /// `PersistentDefaults-standard-<pid>-XXXXXX` in the temporary directory, else in
+    /// `/dev/shm` (memory), removed with everything written there when the process exits
+    /// normally, like a ``temporary(options:)`` store; after a crash or a kill the system's
+    /// temporary-file cleanup removes it (for `/dev/shm`, a reboot). Only when no temporary
+    /// directory can hold a store either does it stop the process, naming every failure: a
+    /// non-throwing property has nothing left to return. Code that must never stop uses
+    /// ``openStandard()``, which throws instead.
     public static var standard: PersistentDefaults {
         var failure: (report: @Sendable (PersistentDefaultsError) -> Void, error: PersistentDefaultsError)?
         let store = standardState.withLock { state in
@@ -97,16 +101,24 @@ extension PersistentDefaults {
         }
     }
 
-    /// A store in a new directory under the temporary directory, else under `/dev/shm` (memory).
+    /// A temporary store in a new directory under the temporary directory, else under
+    /// `/dev/shm` (memory): its directory goes when the process exits normally, as nothing
+    /// written there is ever read again (each process makes a new one).
     private static func temporaryStandIn(options: Options) -> PersistentDefaults {
         var options = options
         options.readOnly = false
         options.createIfMissing = true
         var failures: [String] = []
         for base in [FileManager.default.temporaryDirectory.path, "/dev/shm"] {
-            let path = base + "/PersistentDefaults-standard-\(getpid())-\(UUID().uuidString)"
             do {
-                return try PersistentDefaults(path: path, options: options)
+                let path = try TemporaryStores.makeDirectory(
+                    in: base, prefix: "PersistentDefaults-standard-\(getpid())-")
+                do {
+                    return try PersistentDefaults(path: path, options: options, temporary: true)
+                } catch {
+                    TemporaryStores.remove(path)
+                    throw error
+                }
             } catch {
                 failures.append("\(error)")
             }

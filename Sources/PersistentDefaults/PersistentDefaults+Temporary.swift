@@ -61,10 +61,12 @@ enum TemporaryStores {
         _ = atexit { TemporaryStores.removeAllAtExit() }
     }()
 
-    /// Makes a fresh private directory (mode 0700) and returns its canonical path.
-    static func makeDirectory() throws(PersistentDefaultsError) -> String {
-        let base = FileManager.default.temporaryDirectory.path
-        var template = Array((base + "/PersistentDefaults-temporary-XXXXXX").utf8CString)
+    /// Makes a fresh private directory (mode 0700) named `prefix` and six random characters in
+    /// `base` and returns its canonical path; it is removed when its store closes or at exit.
+    static func makeDirectory(
+        in base: String = FileManager.default.temporaryDirectory.path, prefix: String = "PersistentDefaults-temporary-"
+    ) throws(PersistentDefaultsError) -> String {
+        var template = Array((base + "/" + prefix + "XXXXXX").utf8CString)
         let made = template.withUnsafeMutableBufferPointer { buffer in mkdtemp(buffer.baseAddress!) }
         guard let made else { throw .fileSystem(path: base, errno: errno, operation: "mkdtemp") }
         let created = String(cString: made)

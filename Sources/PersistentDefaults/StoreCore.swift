@@ -95,6 +95,11 @@ final class StoreCore: Sendable {
                 throw PersistentDefaultsError.notAStore(
                     path: path, reason: "the format version is missing or malformed")
             }
+            // Versions start at 1: a 0 was never written by any library, so the store is not one.
+            guard version >= 1 else {
+                throw PersistentDefaultsError.notAStore(
+                    path: path, reason: "the format version is 0, which no version of the format has")
+            }
             guard version <= formatVersion else {
                 throw PersistentDefaultsError.unsupportedFormatVersion(found: version, supported: formatVersion)
             }

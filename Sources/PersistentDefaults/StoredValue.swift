@@ -256,13 +256,32 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// A readable form for people: strings unquoted, data as hex, dates in ISO 8601.
+    ///
+    /// A date outside ``calendarDates`` (or not a number) is shown as its seconds since 1970
+    /// with a note instead, e.g. `1e+300 seconds since 1970 (not shown as a date: outside
+    /// 1582-10-15…9999-12-31)`: Foundation's calendar would show a wrong date for it (1e300
+    /// seconds as the year 506713, -1e300 and NaN as -4712-01-01, years before 1582 in the
+    /// Julian calendar).
     public var description: String {
         switch self {
         case .string(let value): value
         case .data(let value): value.count <= 64 ? "<\(Self.hex(value))>" : "<\(value.count) bytes>"
-        case .date(let value): value.formatted(.iso8601)
+        case .date(let value):
+            Self.calendarDates.contains(value.timeIntervalSince1970)
+                ? value.formatted(.iso8601) : Self.uncalendared(value)
         default: jsonText
         }
+    }
+
+    /// The dates, as seconds since 1970, that ``description`` shows in ISO 8601: from
+    /// 1582-10-15T00:00:00Z, where Foundation's calendar turns from Julian to Gregorian (ISO
+    /// 8601 counts Gregorian years), up to the end of 9999 (the last four-digit year).
+    public static let calendarDates: Range<TimeInterval> = -12_219_292_800..<253_402_300_800
+
+    /// How ``description`` shows a date outside ``calendarDates``: its seconds since 1970, with
+    /// a note.
+    public static func uncalendared(_ date: Date) -> String {
+        "\(date.timeIntervalSince1970) seconds since 1970 (not shown as a date: outside 1582-10-15…9999-12-31)"
     }
 
     private static func hex(_ bytes: some Sequence<UInt8>) -> String {

@@ -1,4 +1,3 @@
-import CLMDB
 import Foundation
 import PDTestSupport
 import PersistentDefaults
@@ -222,7 +221,7 @@ import Testing
                 let store = try PersistentDefaults(path: path)
                 store[.launchCount] = 1
             }
-            try withRawWrite(path) { txn in put(txn, database: "log", key: foreignKey, value: [0x66, 0x6F]) }
+            try rawLMDBPut(path, [RawLMDBEntry(database: "log", key: foreignKey, value: [0x66, 0x6F])])
             let log = ErrorLog()
             var options = PersistentDefaults.Options()
             options.errorHandler = { log.append($0) }

@@ -64,6 +64,39 @@ import Testing
         }
     }
 
+    /// An `updates(prefix:)` stream that a delivery finished (its one-record buffer overflowed)
+    /// between its observer's registration and the setting of `onTermination` never cancelled
+    /// its observer: AsyncStream does not call a handler set after the end until the stream is
+    /// released, so the observer and its close action stayed registered, and were delivered to,
+    /// for as long as the finished stream was kept. Two commits made as the registration
+    /// returns (`afterRegistration`) hit that window every time.
+    @Test(.timeLimit(.minutes(1))) func aStreamThatEndsWhileItIsSetUpLeavesNoObserver() async throws {
+        try await withTemporaryDirectoryAsync { path in
+            let store = try boundedStore(at: path)
+            let observers = store.core.observers
+            let key = PersistentDefaults.Key<Int>("p.a", default: 0)
+            let commits = Atomic<Int>(0)
+            observers.afterRegistration.withLock { hook in
+                hook = {
+                    // Once: the commits' own deliveries must not commit again.
+                    guard commits.add(1, ordering: .relaxed).newValue == 1 else { return }
+                    store[key] = 1
+                    store[key] = 2
+                }
+            }
+            defer { observers.afterRegistration.withLock { $0 = nil } }
+            let stream = store.updates(prefix: "p.", bufferLimit: 1)
+            #expect(commits.load(ordering: .relaxed) >= 1)
+            // The stream ended (its buffer overflowed) while it is still held: nothing observes.
+            #expect(observers.observerCount == 0)
+            #expect(observers.closeActionCount == 0)
+            // It holds the first record and ends there (the second overflowed the buffer).
+            var records: [CommitRecord] = []
+            for await record in stream { records.append(record) }
+            #expect(records.map(\.changedKeys) == [["p.a"]])
+        }
+    }
+
     /// Closing a store (its last handle going) while another process commits observed keys: no
     /// error is reported for the close itself (a delivery the close overtook reported
     /// `storeClosed` in 7 runs of 8), and no callback runs after the handle is gone.

@@ -14,33 +14,6 @@ private func mode(_ path: String) throws -> Int {
     try #require(FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int)
 }
 
-/// Opens the raw LMDB environment at `path` and runs `body` in a write transaction.
-func withRawWrite(_ path: String, _ body: (OpaquePointer) throws -> Void) throws {
-    var env: OpaquePointer?
-    #expect(mdb_env_create(&env) == 0)
-    defer { mdb_env_close(env) }
-    #expect(mdb_env_set_maxdbs(env, 8) == 0)
-    try #require(mdb_env_open(env, path, 0, 0o600) == 0)
-    var txn: OpaquePointer?
-    try #require(mdb_txn_begin(env, nil, 0, &txn) == 0)
-    try body(try #require(txn))
-    #expect(mdb_txn_commit(txn) == 0)
-}
-
-func put(_ txn: OpaquePointer, database: String?, key: [UInt8], value: [UInt8]) {
-    var dbi: MDB_dbi = 0
-    #expect(mdb_dbi_open(txn, database, UInt32(MDB_CREATE), &dbi) == 0)
-    var key = key
-    var value = value
-    key.withUnsafeMutableBytes { keyBytes in
-        value.withUnsafeMutableBytes { valueBytes in
-            var k = MDB_val(mv_size: keyBytes.count, mv_data: keyBytes.baseAddress)
-            var v = MDB_val(mv_size: valueBytes.count, mv_data: valueBytes.baseAddress)
-            #expect(mdb_put(txn, dbi, &k, &v, 0) == 0)
-        }
-    }
-}
-
 @Suite(.serialized) struct StoreFileTests {
     @Test func filesGetMode0600AndTheDirectory0700WhateverTheUmask() throws {
         try withTemporaryDirectory { path throws in
@@ -154,7 +127,7 @@ func put(_ txn: OpaquePointer, database: String?, key: [UInt8], value: [UInt8]) 
     @Test func aForeignLMDBEnvironmentIsNotTakenOver() throws {
         try withTemporaryDirectory { path throws in
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-            try withRawWrite(path) { txn in put(txn, database: "other", key: Array("k".utf8), value: [1]) }
+            try rawLMDBPut(path, [RawLMDBEntry(database: "other", key: Array("k".utf8), value: [1])])
             let before = fileBytes(path + "/data.mdb")
             #expect {
                 try PersistentDefaults(path: path)
@@ -169,15 +142,30 @@ func put(_ txn: OpaquePointer, database: String?, key: [UInt8], value: [UInt8]) 
     @Test func aNewerFormatVersionIsRefused() throws {
         try withTemporaryDirectory { path throws in
             do { _ = try PersistentDefaults(path: path) }
-            try withRawWrite(path) { txn in
-                put(txn, database: "meta", key: Array("format-version".utf8), value: [0, 0, 0, 2])
-            }
+            try rawLMDBPut(
+                path, [RawLMDBEntry(database: "meta", key: Array("format-version".utf8), value: [0, 0, 0, 2])])
             #expect(throws: PersistentDefaultsError.unsupportedFormatVersion(found: 2, supported: 1)) {
                 try PersistentDefaults(path: path)
             }
             #expect(throws: PersistentDefaultsError.unsupportedFormatVersion(found: 2, supported: 1)) {
                 try PersistentDefaults(path: path, options: readOnlyOptions())
             }
+        }
+    }
+
+    /// A `format-version` of 0 (`00 00 00 00`) was accepted as older than 1; no format has
+    /// version 0. The open is refused, read-only or not, and changes no byte of the file.
+    @Test func formatVersionZeroIsRefused() throws {
+        try withTemporaryDirectory { path throws in
+            do { _ = try PersistentDefaults(path: path) }
+            try rawLMDBPut(
+                path, [RawLMDBEntry(database: "meta", key: Array("format-version".utf8), value: [0, 0, 0, 0])])
+            let before = fileBytes(path + "/data.mdb")
+            let refused = PersistentDefaultsError.notAStore(
+                path: path, reason: "the format version is 0, which no version of the format has")
+            #expect(throws: refused) { try PersistentDefaults(path: path) }
+            #expect(throws: refused) { try PersistentDefaults(path: path, options: readOnlyOptions()) }
+            #expect(fileBytes(path + "/data.mdb") == before)
         }
     }
 

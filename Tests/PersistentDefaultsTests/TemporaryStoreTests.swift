@@ -62,6 +62,20 @@ import Testing
         }
     }
 
+    /// The store that stands in for a standard store that cannot open (its path is a file here)
+    /// was left in the temporary directory at exit, one more directory per run.
+    @Test func theStandardStoresStandInIsRemovedAtANormalExit() throws {
+        try withTemporaryDirectory { file throws in
+            let result = try runFixture(["standard-handler-reads-standard", file])
+            #expect(result.status == 0, "\(result.output)")
+            let line = result.output.split(separator: "\n").first { $0.hasPrefix("stand-in /") }
+            let path = try #require(line.map { String($0.dropFirst("stand-in ".count)) }, "\(result.output)")
+            defer { try? FileManager.default.removeItem(atPath: path) }
+            #expect(path.contains("/PersistentDefaults-standard-"), "\(path)")
+            #expect(!FileManager.default.fileExists(atPath: path), "removed by the exit handler")
+        }
+    }
+
     @Test func theStandardStorePointedAtATemporaryOneIsRemovedAtANormalExit() throws {
         // pd-fixture makes a temporary store the standard one (the recipe in GettingStarted.md), writes
         // through `standard`, prints the path and exits without releasing it.

@@ -1,4 +1,3 @@
-import CLMDB
 import Foundation
 import PDTestSupport
 import PersistentDefaults
@@ -199,9 +198,7 @@ private func roundTrip<Value: Codable & Equatable & Sendable>(
                 let store = try PersistentDefaults(path: path)
                 store[.launchCount] = 1
             }
-            try withRawWrite(path) { txn in
-                put(txn, database: "values", key: Array("legacy".utf8), value: legacyBytes)
-            }
+            try rawLMDBPut(path, [RawLMDBEntry(database: "values", key: Array("legacy".utf8), value: legacyBytes)])
             let store = try PersistentDefaults(path: path)
             let key = PersistentDefaults.Key<Date>("legacy", default: .distantPast)
             #expect(try store.value(for: key) == Date(timeIntervalSince1970: legacy))
@@ -211,6 +208,26 @@ private func roundTrip<Value: Codable & Equatable & Sendable>(
             try store.set(Date(timeIntervalSince1970: legacy), for: key)
             #expect(try store.lastSequence() == sequence)
             #expect(try store.read { try $0.commits(after: 0) }.count == 1)
+        }
+    }
+
+    /// Dates that Foundation's calendar cannot show right were described as wrong dates: 1e300
+    /// seconds and infinity as 506713-02-07, -1e300 and NaN as -4712-01-01.
+    @Test func aDateOutsideTheCalendarIsDescribedAsItsSeconds() {
+        let note = " seconds since 1970 (not shown as a date: outside 1582-10-15…9999-12-31)"
+        let outside: [(Double, String)] = [
+            (1e300, "1e+300"), (-1e300, "-1e+300"), (.nan, "nan"), (.infinity, "inf"), (-.infinity, "-inf"),
+            (1e15, "1000000000000000.0"), (-12_219_292_801, "-12219292801.0"), (253_402_300_800, "253402300800.0"),
+        ]
+        for (seconds, text) in outside {
+            #expect(StoredValue.date(Date(timeIntervalSince1970: seconds)).description == text + note)
+        }
+        let inside: [(Double, String)] = [
+            (-12_219_292_800, "1582-10-15T00:00:00Z"), (0, "1970-01-01T00:00:00Z"),
+            (253_402_300_799, "9999-12-31T23:59:59Z"),
+        ]
+        for (seconds, text) in inside {
+            #expect(StoredValue.date(Date(timeIntervalSince1970: seconds)).description == text)
         }
     }
 

@@ -92,6 +92,74 @@ struct BadInputTests {
         #expect(fixture.dataBytes == before)
     }
 
+    /// A `meta` database holding `format-version` = 0 (`00 00 00 00`), a version that never
+    /// existed: every verb, `check` included, refused nothing before (exit 0).
+    @Test func formatVersionZeroIsRefused() throws {
+        let fixture = try TemporaryStore()
+        try rawLMDBPut(
+            fixture.path, [RawLMDBEntry(database: "meta", key: Array("format-version".utf8), value: [0, 0, 0, 0])])
+        let before = fixture.dataBytes
+        for verb in Self.verbs {
+            let outcome = try pdinspect(arguments: [verb[0], fixture.path] + verb.dropFirst())
+            #expect(outcome.status == 3, "\(verb): \(outcome)")
+            #expect(outcome.isOneErrorLine, "\(verb): \(outcome)")
+            #expect(outcome.stderr.contains("the format version is 0"), "\(verb): \(outcome)")
+            #expect(outcome.stdout.isEmpty, "\(verb): \(outcome)")
+        }
+        #expect(fixture.dataBytes == before)
+    }
+
+    /// A log key that is no sequence number: `watch` printed the error twice, once through the
+    /// library's error handler ("PersistentDefaults: …", when its observer registered) and once
+    /// as its own line. Now one line and exit 3, like `log`.
+    @Test(arguments: ["ffffffffffffffff", "010203"])
+    func followingAMalformedLogKeyPrintsOneLine(hexKey: String) throws {
+        let fixture = try TemporaryStore()
+        let key = stride(from: 0, to: hexKey.count, by: 2).map {
+            UInt8(hexKey.dropFirst($0).prefix(2), radix: 16)!
+        }
+        try rawLMDBPut(fixture.path, [RawLMDBEntry(database: "log", key: key, value: Array("foreign".utf8))])
+        for verb in [["watch", "--since", "0"], ["log", "--follow"]] {
+            let arguments = [verb[0], fixture.path] + verb.dropFirst() + ["--json", "--timeout", "10"]
+            let outcome = try pdinspect(arguments: arguments)
+            #expect(outcome.status == 3, "\(verb): \(outcome)")
+            #expect(outcome.isOneErrorLine, "\(verb): \(outcome)")
+            #expect(outcome.stderr.contains("is malformed"), "\(verb): \(outcome)")
+        }
+    }
+
+    /// A malformed record committed while `watch` runs: the library's observer skipped it and
+    /// reported it on standard error ("PersistentDefaults: …"), and `watch` went on to exit 0
+    /// at its time limit. Now it prints the records delivered before, then one line, exit 3.
+    @Test func watchEndsOnAMalformedRecordCommittedWhileItRuns() throws {
+        let fixture = try TemporaryStore()
+        let start = try fixture.open().lastSequence()
+        let watcher = try RunningTool(["watch", fixture.path, "--since", "\(start)", "--json", "--timeout", "10"])
+        defer { watcher.terminate() }
+        // Another process commits; once it is printed, the watcher's observer is registered.
+        #expect(try runFixture(["set-int", fixture.path, "launchCount", "4"]).status == 0)
+        #expect(watcher.child.wait(for: #""value":4"#))
+        // Another LMDB client appends a malformed record, then a commit wakes the watcher.
+        var sequence = (start + 2).bigEndian
+        let key = withUnsafeBytes(of: &sequence) { Array($0) }
+        try rawLMDBPut(fixture.path, [RawLMDBEntry(database: "log", key: key, value: [0x01, 0x67])])
+        #expect(try runFixture(["set-int", fixture.path, "launchCount", "5"]).status == 0)
+        let outcome = watcher.finish()
+        #expect(outcome.status == 3, "\(outcome)")
+        #expect(outcome.isOneErrorLine, "\(outcome)")
+        #expect(outcome.stderr.contains("commit log record \(start + 2) is malformed"), "\(outcome)")
+        #expect(outcome.stdout.contains(#""value":4"#), "\(outcome)")
+    }
+
+    /// A forged commit record's time outside the calendar was printed by `log`, `watch` and
+    /// `describe` as a wrong date; it is shown as its seconds, like a date value.
+    @Test func commitTimesOutsideTheCalendarAreShownAsSeconds() {
+        #expect(TextTable.timestamp(Date(timeIntervalSince1970: 1_800_000_000.5)) == "2027-01-15T08:00:00.500Z")
+        #expect(
+            TextTable.timestamp(Date(timeIntervalSince1970: -1e12))
+                == "-1000000000000.0 seconds since 1970 (not shown as a date: outside 1582-10-15…9999-12-31)")
+    }
+
     @Test func badValuesAndKeyNamesAreUsageErrors() throws {
         let fixture = try TemporaryStore()
         let before = fixture.dataBytes

@@ -12,7 +12,6 @@ struct LogFollowTests {
     private static func store(at path: String, retention: Int, commits: Int) throws -> PersistentDefaults {
         var options = PersistentDefaults.Options()
         options.logRetention = retention
-        options.durability = .bounded(interval: .seconds(10))
         let store = try PersistentDefaults(path: path, options: options)
         for _ in 0..<commits { store[counter] += 1 }
         return store
@@ -27,7 +26,8 @@ struct LogFollowTests {
         let store = try Self.store(at: fixture.path, retention: 2_000, commits: 2_000)
         var seen: [UInt64] = []
         let failure = #expect(throws: CommandFailure.self) {
-            try CommitFollower(store: store).follow(
+            let console = Console(output: { _ in }, error: { _ in })
+            try CommitFollower(opening: fixture.path, in: Runner(console: console)).follow(
                 after: 0, until: .now + .seconds(60), stop: StopSignal(signals: [])
             ) { records in
                 if seen.isEmpty {

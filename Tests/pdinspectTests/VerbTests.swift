@@ -67,6 +67,35 @@ struct VerbTests {
         #expect(absent.stderr == "pdinspect: key \"nothing\" is absent\n")
     }
 
+    /// A date far outside the calendar (1e300 seconds, infinity, NaN) was printed as a wrong
+    /// date (506713-02-07T00:00:00Z, -4712-01-01T12:00:00Z) by every human-readable form.
+    @Test func datesOutsideTheCalendarAreShownAsSeconds() throws {
+        let fixture = try TemporaryStore()
+        let store = try fixture.open()
+        let start = try store.lastSequence()
+        let dates: [(name: String, seconds: Double, text: String)] = [
+            ("far", 1e300, "1e+300"), ("nan", .nan, "nan"), ("inf", .infinity, "inf"), ("past", -1e300, "-1e+300"),
+        ]
+        try store.write { tx in
+            for date in dates {
+                try tx.setStoredValue(.date(Date(timeIntervalSinceReferenceDate: date.seconds)), named: date.name)
+            }
+        }
+        let note = " seconds since 1970 (not shown as a date: outside 1582-10-15…9999-12-31)"
+        let dump = try pdinspect("dump", fixture.path).stdout
+        let log = try pdinspect("log", fixture.path, "--since", "\(start)").stdout
+        let watch = try pdinspect("watch", fixture.path, "--since", "\(start)", "--max-events", "4").stdout
+        for date in dates {
+            #expect(try pdinspect("get", fixture.path, date.name).stdout == date.text + note + "\n")
+            #expect(try pdinspect("describe", fixture.path, date.name).stdout.contains(date.text + note))
+            #expect(dump.contains(date.text + note), "\(dump)")
+            #expect(log.contains(date.text + note), "\(log)")
+            #expect(watch.contains(date.text + note), "\(watch)")
+        }
+        // Inside the range, ISO 8601 as before.
+        #expect(try pdinspect("get", fixture.path, "when").stdout == "2027-01-15T08:00:00Z\n")
+    }
+
     @Test func setWritesThroughTheLibraryAndIsLogged() throws {
         let fixture = try TemporaryStore()
         let before = try fixture.open().lastSequence()

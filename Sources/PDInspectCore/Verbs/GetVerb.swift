@@ -11,7 +11,8 @@ struct GetVerb: VerbCommand {
     static let summary = "the decoded value of KEY, or its declared default (exit 1 if neither)"
     static let options = [OptionSpec.json]
     static let details = """
-        Prints strings raw, data as <hex>, dates in ISO 8601. With --json: {"name","type","value"}.
+        Prints strings raw, data as <hex>, dates in ISO 8601 (outside 1582-10-15…9999-12-31, or
+        not a number: their seconds since 1970, with a note). With --json: {"name","type","value"}.
         A key that is not stored but declared (PersistentDefaults.declare) prints its declared
         default, says so on standard error and exits 0; with --json "default": true is added.
         """

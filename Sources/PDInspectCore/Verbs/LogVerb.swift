@@ -31,7 +31,9 @@ struct LogVerb: VerbCommand {
     }
 
     func run(in runner: Runner) throws {
-        let store = try runner.open(database)
+        // Following, the follower opens the store, to end on what the library reports.
+        let follower = try follow.map { _ in try CommitFollower(opening: database, in: runner) }
+        let store = try follower?.store ?? runner.open(database)
         var since = range.since ?? 0
         if range.since == nil, let limit = range.limit {
             let last = try store.lastSequence()
@@ -54,9 +56,9 @@ struct LogVerb: VerbCommand {
         } else {
             try printRecords(records, in: runner)
         }
-        guard let follow, remaining > 0 else { return }
+        guard let follow, let follower, remaining > 0 else { return }
         let deadline = follow.timeout.map { ContinuousClock.now + ParsedArguments.timeoutDuration(seconds: $0) }
-        try CommitFollower(store: store).follow(
+        try follower.follow(
             after: records.last?.sequence ?? since, until: deadline, stop: StopSignal()
         ) { batch in
             let shown = Array(batch.prefix(remaining))

@@ -33,7 +33,8 @@ struct WatchVerb: VerbCommand {
     }
 
     func run(in runner: Runner) throws {
-        let store = try runner.open(database)
+        let follower = try CommitFollower(opening: database, in: runner, prefix: prefix)
+        let store = follower.store
         // By the names' bytes: a key name is its UTF-8 bytes, and `String` equality would also
         // match the NFD form of an NFC name.
         let wanted = Set(keys.map { Array($0.utf8) })
@@ -46,7 +47,7 @@ struct WatchVerb: VerbCommand {
             if let prefix { what = keys.isEmpty ? "keys under \"\(prefix)\"" : what + " under \"\(prefix)\"" }
             runner.console.printError("watching \(what) after commit #\(start); interrupt to stop\n")
         }
-        try CommitFollower(store: store, prefix: prefix).follow(after: start, until: deadline, stop: stop) { records in
+        try follower.follow(after: start, until: deadline, stop: stop) { records in
             var rows: [[String]] = []
             for record in records {
                 for change in record.changes where wanted.isEmpty || wanted.contains(Array(change.key.utf8)) {

@@ -325,7 +325,10 @@ final class ObserverRegistry: Sendable {
             }
             // The watcher delivers the replay: this thread cannot read past its enclosing snapshot.
             if replays { waiter.wake() }
-            if let id { return id }
+            if let id {
+                if let hook = afterRegistration.withLock({ $0 }) { hook() }
+                return id
+            }
         }
     }
 
@@ -392,6 +395,17 @@ final class ObserverRegistry: Sendable {
             self?.state.withLock { _ = $0.closeActions.removeValue(forKey: id) }
         }
     }
+
+    /// Runs on the registering thread once an observer is in place, with no lock held; for
+    /// tests that commit at that moment (a delivery can reach the observer before its
+    /// registration returns). Nil, its normal state, costs one lock section per registration.
+    let afterRegistration = Locked<(@Sendable () -> Void)?>(nil)
+
+    /// How many observers are registered; for tests and diagnostics.
+    var observerCount: Int { state.withLock { $0.observerCount } }
+
+    /// How many close actions (`onClose`) are registered; for tests and diagnostics.
+    var closeActionCount: Int { state.withLock { $0.closeActions.count } }
 
     /// The names (UTF-8 bytes) of the keys that have observers.
     private var observedKeys: [[UInt8]] { state.withLock { Array($0.keys.keys) } }
