@@ -173,14 +173,40 @@ public final class PersistentDefaults: Sendable {
     /// Stores `value` for `key` in its own transaction; durable on return in `.sync` mode.
     public func set<Value>(_ value: Value, for key: Key<Value>) throws {
         try key.validate()
-        let encoded = try core.encode(value, for: key)
+        let fresh = try core.encode(value, for: key)
         // Before joining a group commit: a value over the limit must fail this call only.
-        try core.checkSize(encoded, of: key.name)
+        try core.checkSize(fresh, of: key.name)
+        // A type whose decoding is the user's code is compared with the stored value here, not in
+        // the transaction, where its `init(from:)` would run under LMDB's writer lock (and, in a
+        // group commit, for other threads' writes too) and could not write the store.
+        let decodesInTransaction = key.decodesInsideRead
+        let encoded =
+            decodesInTransaction ? fresh : try equalStoredForm(of: value, encoded: fresh, for: key) ?? fresh
         guard joinsGroupCommit else {
             // Not through `writeOne`: its escaping closure would cost an allocation per set.
-            return try write(sizeHint: encoded.count) { try $0.set(value, encoded: encoded, for: key) }
+            return try write(sizeHint: encoded.count) {
+                try $0.set(value, encoded: encoded, for: key, decodingHeld: decodesInTransaction)
+            }
         }
-        try writeOne(sizeHint: encoded.count) { try $0.set(value, encoded: encoded, for: key) }
+        try writeOne(sizeHint: encoded.count) {
+            try $0.set(value, encoded: encoded, for: key, decodingHeld: decodesInTransaction)
+        }
+    }
+
+    /// The stored bytes of `key` when they differ from `encoded` but decode to a value equal to
+    /// `value` (JSON without a fixed order, the old date form; see `WriteTransaction.storedForm`),
+    /// decoded after the read has ended; else nil. Keeping them makes the set no change. A commit
+    /// between this read and the write can only make an equal value's set a change.
+    private func equalStoredForm<Value>(of value: Value, encoded: [UInt8], for key: Key<Value>) throws -> [UInt8]? {
+        guard let isEqual = key.isEqual else { return nil }
+        var stored: [UInt8]?
+        try core.readValue(of: key) { bytes in stored = bytes.map { Array($0) } }
+        guard let stored, stored != encoded,
+            WriteTransaction.mayEncodeEqualValuesDifferently(stored.first)
+                || WriteTransaction.mayEncodeEqualValuesDifferently(encoded.first),
+            let held = try? key.codec.decode(stored), isEqual(held, value)
+        else { return nil }
+        return stored
     }
 
     /// Stores a key type's value, applying its `shouldRemove` and `shouldOverwrite` hooks.

@@ -392,8 +392,12 @@ public final class WriteTransaction: StoreView {
         try replace(key, written: encoded, in: transaction, at: position)
     }
 
-    /// Stores `value`, already encoded, applying the key's hooks.
-    func set<Value>(_ value: Value, encoded: [UInt8], for key: PersistentDefaults.Key<Value>) throws {
+    /// Stores `value`, already encoded, applying the key's hooks. Without `decodingHeld`, held
+    /// bytes that differ from `encoded` are not decoded to compare them with `value` (see
+    /// `storedForm`): the caller compared the stored value outside the transaction.
+    func set<Value>(
+        _ value: Value, encoded: [UInt8], for key: PersistentDefaults.Key<Value>, decodingHeld: Bool = true
+    ) throws {
         let transaction = try live()
         if key.shouldRemove?(value) == true || (key.removesNil && encoded == [StoredValue.Tag.null.rawValue]) {
             return try replace(key, with: nil, in: transaction)
@@ -402,7 +406,7 @@ public final class WriteTransaction: StoreView {
         // Found once for both steps: a transaction of many keys hashes each name once.
         let position = key.isEqual == nil ? nil : try touchedPosition(of: key, in: transaction)
         var bytes = encoded
-        if let position, mayKeepHeldForm(insteadOf: encoded.first, at: position) {
+        if decodingHeld, let position, mayKeepHeldForm(insteadOf: encoded.first, at: position) {
             bytes = storedForm(of: value, encoded: encoded, for: key, at: position)
         }
         try replace(key, with: bytes, in: transaction, at: position)
@@ -499,7 +503,7 @@ public final class WriteTransaction: StoreView {
     }
 
     /// Whether an encoded value's tag is one whose equal values may have different bytes.
-    private static func mayEncodeEqualValuesDifferently(_ tag: UInt8?) -> Bool {
+    static func mayEncodeEqualValuesDifferently(_ tag: UInt8?) -> Bool {
         tag == StoredValue.Tag.json.rawValue || tag == StoredValue.legacyDateTag
     }
 

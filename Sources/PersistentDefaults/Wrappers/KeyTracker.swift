@@ -30,13 +30,24 @@ final class KeyTracker: Sendable {
         if !isStarted.load(ordering: .acquiring) { startObserving(core) }
     }
 
-    /// Starts the store observation that feeds ``TrackedKey/changed()``, once.
+    /// Starts the store observation that feeds ``TrackedKey/changed()``; the first one to
+    /// finish is kept.
+    ///
+    /// Not under the lock: the registration reads the store, which after another process grew
+    /// the map waits for every `read { }` scope of this process to end — one whose first read of
+    /// the key would wait for the lock — and reports an invalid name to the user's error handler,
+    /// which may read the property. Threads whose first reads race each register; the
+    /// registrations that lose are cancelled, and each reader returns only once one is in place,
+    /// so none misses a change after its read.
     private func startObserving(_ core: StoreCore) {
-        observation.withLock { token in
-            guard token == nil else { return }
-            token = start(core, subject)
+        let started = start(core, subject)
+        let surplus = observation.withLock { token -> ObservationToken? in
+            guard token == nil else { return started }
+            token = started
             isStarted.store(true, ordering: .releasing)
+            return nil
         }
+        surplus?.cancel()
     }
 }
 
