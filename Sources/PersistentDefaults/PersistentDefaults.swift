@@ -200,12 +200,16 @@ public final class PersistentDefaults: Sendable {
     private func equalStoredForm<Value>(of value: Value, encoded: [UInt8], for key: Key<Value>) throws -> [UInt8]? {
         guard let isEqual = key.isEqual else { return nil }
         var stored: [UInt8]?
-        try core.readValue(of: key) { bytes in stored = bytes.map { Array($0) } }
-        guard let stored, stored != encoded,
-            WriteTransaction.mayEncodeEqualValuesDifferently(stored.first)
-                || WriteTransaction.mayEncodeEqualValuesDifferently(encoded.first),
-            let held = try? key.codec.decode(stored), isEqual(held, value)
-        else { return nil }
+        try core.readValue(of: key) { bytes in
+            // Copied only when they may decode equal: the same bytes, or a tag whose equal values
+            // have one encoding each, need no decoding (and a set of them no allocation).
+            guard let bytes, !bytes.elementsEqual(encoded),
+                WriteTransaction.mayEncodeEqualValuesDifferently(bytes.first)
+                    || WriteTransaction.mayEncodeEqualValuesDifferently(encoded.first)
+            else { return }
+            stored = Array(bytes)
+        }
+        guard let stored, let held = try? key.codec.decode(stored), isEqual(held, value) else { return nil }
         return stored
     }
 
