@@ -182,14 +182,20 @@ public final class PersistentDefaults: Sendable {
         let decodesInTransaction = key.decodesInsideRead
         let encoded =
             decodesInTransaction ? fresh : try equalStoredForm(of: value, encoded: fresh, for: key) ?? fresh
-        guard joinsGroupCommit else {
+        if joinsGroupCommit {
+            try writeOne(sizeHint: encoded.count) {
+                try $0.set(value, encoded: encoded, for: key, decodingHeld: decodesInTransaction)
+            }
+        } else {
             // Not through `writeOne`: its escaping closure would cost an allocation per set.
-            return try write(sizeHint: encoded.count) {
+            try write(sizeHint: encoded.count) {
                 try $0.set(value, encoded: encoded, for: key, decodingHeld: decodesInTransaction)
             }
         }
-        try writeOne(sizeHint: encoded.count) {
-            try $0.set(value, encoded: encoded, for: key, decodingHeld: decodesInTransaction)
+        // The store holds `encoded` now (or holds it no longer, which `equalStoredForm` notices by
+        // the bytes): when those are `value`'s own bytes, the next set need not decode them.
+        if let lastSet = key.lastSet, encoded == fresh, fresh.count <= Key<Value>.rememberedSetLimit {
+            lastSet.withLock { $0 = (fresh, value) }
         }
     }
 
@@ -199,7 +205,9 @@ public final class PersistentDefaults: Sendable {
     /// between this read and the write can only make an equal value's set a change.
     private func equalStoredForm<Value>(of value: Value, encoded: [UInt8], for key: Key<Value>) throws -> [UInt8]? {
         guard let isEqual = key.isEqual else { return nil }
+        let remembered = key.lastSet?.withLock { $0 }
         var stored: [UInt8]?
+        var held: Value?
         try core.readValue(of: key) { bytes in
             // Copied only when they may decode equal: the same bytes, or a tag whose equal values
             // have one encoding each, need no decoding (and a set of them no allocation).
@@ -207,9 +215,14 @@ public final class PersistentDefaults: Sendable {
                 WriteTransaction.mayEncodeEqualValuesDifferently(bytes.first)
                     || WriteTransaction.mayEncodeEqualValuesDifferently(encoded.first)
             else { return }
-            stored = Array(bytes)
+            // The bytes this process's last set stored encode the value it set.
+            if let remembered, bytes.elementsEqual(remembered.bytes) {
+                (stored, held) = (remembered.bytes, remembered.value)
+            } else {
+                stored = Array(bytes)
+            }
         }
-        guard let stored, let held = try? key.codec.decode(stored), isEqual(held, value) else { return nil }
+        guard let stored, let held = held ?? (try? key.codec.decode(stored)), isEqual(held, value) else { return nil }
         return stored
     }
 
