@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 extension PersistentDefaults {
     /// The namespace of typed keys. Extend it with your keys, then use them as `.name`:
     ///
@@ -99,15 +105,18 @@ extension PersistentDefaults {
         /// `==` of `Value` when it is `Equatable`: a set of a value equal to the stored one is no
         /// change, even when the two encode to different bytes.
         let isEqual: ((Value, Value) -> Bool)?
-        /// The bytes this process last stored for the key through ``PersistentDefaults/set(_:for:)``
-        /// and the value they encode, for a type whose decoding is user code and that has
-        /// `isEqual`: while the store still holds those bytes, the next `set` compares with that
-        /// value instead of decoding them (40 % of a JSON set's instructions). Nil for other
-        /// types; only values of at most ``rememberedSetLimit`` bytes are kept.
-        let lastSet: Locked<(bytes: [UInt8], value: Value)?>?
-        /// The largest encoding ``lastSet`` keeps: a larger one would double the memory its
+        /// The bytes this process last stored for the key with ``PersistentDefaults/set(_:for:)``
+        /// or read with ``PersistentDefaults/value(for:)``, and the value they encode, for a
+        /// value type whose decoding is user code (`Codable`, `RawRepresentable`, a conversion):
+        /// while the store holds those bytes, a read returns that value and a `set` compares
+        /// with it, instead of decoding them again (a JSON read is mostly its decoding; a JSON
+        /// set spent 40 % of its instructions decoding the old value). Nil for other types
+        /// (the library decodes its own in place; a class's instances are not shared between
+        /// readers); only encodings of at most ``rememberedLimit`` bytes are kept.
+        @usableFromInline let lastKnown: Locked<(bytes: [UInt8], value: Value)?>?
+        /// The largest encoding ``lastKnown`` keeps: a larger one would double the memory its
         /// value takes, for the life of the key.
-        static var rememberedSetLimit: Int { 4_096 }
+        static var rememberedLimit: Int { 4_096 }
 
         init(
             name: String, defaultValue: Value, codec: ValueCodec<Value>,
@@ -121,7 +130,7 @@ extension PersistentDefaults {
             self.shouldRemove = shouldRemove
             self.shouldOverwrite = shouldOverwrite
             isEqual = equality(of: Value.self)
-            lastSet = codec.runsUserCode && isEqual != nil ? Locked(nil) : nil
+            lastKnown = codec.runsUserCode && !(Value.self is AnyObject.Type) ? Locked(nil) : nil
             super.init(name: name)
         }
 
@@ -135,6 +144,23 @@ extension PersistentDefaults {
                 throw PersistentDefaultsError.decodingFailed(
                     key: name, type: "\(Value.self)", reason: error.description)
             }
+        }
+
+        /// The value ``lastKnown`` holds for exactly `bytes`, if it does.
+        @usableFromInline
+        func knownValue(of bytes: UnsafeRawBufferPointer, in known: (bytes: [UInt8], value: Value)?) -> Value? {
+            guard let known, known.bytes.count == bytes.count else { return nil }
+            let same = known.bytes.withUnsafeBytes { own in
+                bytes.isEmpty || memcmp(own.baseAddress!, bytes.baseAddress!, bytes.count) == 0
+            }
+            return same ? known.value : nil
+        }
+
+        /// Remembers that `bytes` encode `value` (see ``lastKnown``).
+        @usableFromInline
+        func remember(_ bytes: [UInt8], encoding value: Value) {
+            guard let lastKnown, bytes.count <= Self.rememberedLimit else { return }
+            lastKnown.withLock { $0 = (bytes, value) }
         }
 
         override func declaredForm() throws -> DeclaredForm {

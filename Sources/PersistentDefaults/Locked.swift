@@ -11,10 +11,12 @@
 /// `Synchronization` module is prebuilt without ThreadSanitizer instrumentation, so TSan cannot
 /// see a `Mutex` and reports every access made under one as a race (`tools/tsan-mutex-probe`),
 /// whereas it intercepts `pthread_mutex_lock`. The cost is a few nanoseconds per section more
-/// than `Mutex`, on paths that run per registration or per commit, not per read.
+/// than `Mutex`, on paths that run per registration or per commit, and per read only of a key
+/// whose decoding is user code (`Key.lastKnown`), where it saves the decoding.
 ///
 /// `@unchecked Sendable`: `value` is read and written only inside `withLock`, between
 /// `pthread_mutex_lock` and `pthread_mutex_unlock`; `Value` is `Sendable`.
+@usableFromInline
 final class Locked<Value: Sendable>: @unchecked Sendable {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
     private var value: Value
@@ -32,6 +34,7 @@ final class Locked<Value: Sendable>: @unchecked Sendable {
 
     /// Runs `body` with the value, holding the lock; `body` must not run user code.
     @inline(__always)
+    @usableFromInline
     func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }

@@ -65,10 +65,19 @@ public final class PersistentDefaults: Sendable {
         guard key.decodesInsideRead else {
             // The type's decoding is the user's code, which may read or write the store (even
             // grow its map): it runs on a copy, after the read, holding nothing of the store.
+            // The bytes this process last stored or read are not decoded again (see `lastKnown`).
+            let known = key.lastKnown?.withLock { $0 }
             var copy: [UInt8]?
-            try core.readValue(of: key) { bytes in copy = bytes.map { Array($0) } }
+            try core.readValue(of: key) { bytes in
+                guard let bytes else { return }
+                value = key.knownValue(of: bytes, in: known)
+                if value == nil { copy = Array(bytes) }
+            }
+            if let value { return value }
             guard let copy else { return key.defaultValue }
-            return try copy.withUnsafeBytes { try key.decode($0) }
+            let decoded = try copy.withUnsafeBytes { try key.decode($0) }
+            key.remember(copy, encoding: decoded)
+            return decoded
         }
         try core.readValue(of: key) { bytes in
             if let bytes { value = try key.decode(bytes) } else { value = key.defaultValue }
@@ -194,9 +203,7 @@ public final class PersistentDefaults: Sendable {
         }
         // The store holds `encoded` now (or holds it no longer, which `equalStoredForm` notices by
         // the bytes): when those are `value`'s own bytes, the next set need not decode them.
-        if let lastSet = key.lastSet, encoded == fresh, fresh.count <= Key<Value>.rememberedSetLimit {
-            lastSet.withLock { $0 = (fresh, value) }
-        }
+        if encoded == fresh { key.remember(fresh, encoding: value) }
     }
 
     /// The stored bytes of `key` when they differ from `encoded` but decode to a value equal to
@@ -205,24 +212,25 @@ public final class PersistentDefaults: Sendable {
     /// between this read and the write can only make an equal value's set a change.
     private func equalStoredForm<Value>(of value: Value, encoded: [UInt8], for key: Key<Value>) throws -> [UInt8]? {
         guard let isEqual = key.isEqual else { return nil }
-        let remembered = key.lastSet?.withLock { $0 }
+        let known = key.lastKnown?.withLock { $0 }
         var stored: [UInt8]?
         var held: Value?
         try core.readValue(of: key) { bytes in
             // Copied only when they may decode equal: the same bytes, or a tag whose equal values
             // have one encoding each, need no decoding (and a set of them no allocation).
-            guard let bytes, !bytes.elementsEqual(encoded),
+            guard let bytes, !encoded.withUnsafeBytes({ bytes.elementsEqual($0) }),
                 WriteTransaction.mayEncodeEqualValuesDifferently(bytes.first)
                     || WriteTransaction.mayEncodeEqualValuesDifferently(encoded.first)
             else { return }
-            // The bytes this process's last set stored encode the value it set.
-            if let remembered, bytes.elementsEqual(remembered.bytes) {
-                (stored, held) = (remembered.bytes, remembered.value)
-            } else {
-                stored = Array(bytes)
-            }
+            held = key.knownValue(of: bytes, in: known)
+            stored = Array(bytes)
         }
-        guard let stored, let held = held ?? (try? key.codec.decode(stored)), isEqual(held, value) else { return nil }
+        guard let stored else { return nil }
+        if held == nil, let decoded = try? key.codec.decode(stored) {
+            held = decoded
+            key.remember(stored, encoding: decoded)
+        }
+        guard let held, isEqual(held, value) else { return nil }
         return stored
     }
 

@@ -114,4 +114,42 @@ private struct Frame: Codable, Equatable, Sendable {
             #expect(log.all.isEmpty, "\(log.all)")
         }
     }
+
+    /// A read of the bytes this process last stored or read returns the value they encode
+    /// without decoding them again; other bytes are decoded (and then known).
+    @Test func aReadOfBytesAlreadyKnownIsNotDecodedAgain() throws {
+        try withTemporaryStore { store, _, log throws in
+            try store.set(Frame(x: 1), for: Self.frame)
+            var seen: [Int] = []
+            let afterSet = decodings {
+                for _ in 0..<3 { seen.append(store[Self.frame].x) }
+            }
+            #expect(afterSet == 0)
+            try store.setStoredValue(.json("7"), named: Self.frame.name)
+            let afterOtherBytes = try decodings {
+                for _ in 0..<3 { seen.append(try store.value(for: Self.frame).x) }
+            }
+            #expect(afterOtherBytes == 1)
+            #expect(seen == [1, 1, 1, 7, 7, 7])
+            try store.remove(Self.frame)
+            #expect(store[Self.frame] == Frame(x: 0))
+            #expect(log.all.isEmpty, "\(log.all)")
+        }
+    }
+
+    /// Instances of a class are never shared between readers: each read decodes.
+    @Test func aClassValueIsDecodedOnEveryRead() throws {
+        final class Box: Codable, Sendable {
+            let x: Int
+            init(x: Int) { self.x = x }
+        }
+        try withTemporaryStore { store, _, _ throws in
+            let key = PersistentDefaults.Key<Box>("box", default: Box(x: 0))
+            try store.set(Box(x: 4), for: key)
+            let first = store[key]
+            let second = store[key]
+            #expect(first.x == 4 && second.x == 4)
+            #expect(first !== second)
+        }
+    }
 }
