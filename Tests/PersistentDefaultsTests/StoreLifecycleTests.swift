@@ -35,4 +35,36 @@ import Testing
             #expect(child.result.status == 0, "\(child.text)")
         }
     }
+
+    static let counter = PersistentDefaults.Key<Int>("counter", default: 0)
+
+    @Test func aStoreWhoseDirectoryWasReplacedIsOpenedAnew() throws {
+        try withTemporaryDirectory { path in
+            let old = try PersistentDefaults(path: path)
+            old[Self.counter] = 1
+            // Removed (a reset to defaults, a restore) while a handle of the old store lives on.
+            try FileManager.default.removeItem(atPath: path)
+            let new = try PersistentDefaults(path: path)
+            #expect(FileManager.default.fileExists(atPath: path + "/data.mdb"), "the new store is on disk")
+            #expect(new[Self.counter] == 0)
+            new[Self.counter] = 2
+            #expect(try PersistentDefaults(path: path)[Self.counter] == 2)
+            #expect(old[Self.counter] == 1, "the old handle keeps its store")
+        }
+    }
+
+    @Test func aStoreWhoseDirectoryWasRenamedIsTheOpenStoreAtItsNewPath() throws {
+        try withTemporaryDirectory { base in
+            var bounded = PersistentDefaults.Options()
+            bounded.durability = .bounded(interval: .seconds(10))
+            let store = try PersistentDefaults(path: base + "/before", options: bounded)
+            store[Self.counter] = 1
+            try FileManager.default.moveItem(atPath: base + "/before", toPath: base + "/after")
+            // The same files: one environment in the process (lmdb.h), so another durability is refused.
+            #expect(throws: PersistentDefaultsError.self) { try PersistentDefaults(path: base + "/after") }
+            let again = try PersistentDefaults(path: base + "/after", options: bounded)
+            again[Self.counter] += 1
+            #expect(store[Self.counter] == 2)
+        }
+    }
 }
