@@ -73,9 +73,20 @@ final class Flusher: @unchecked Sendable {
             try environment.sync()
             syncedCommits.store(commits, ordering: .releasing)
         } catch {
-            reporter.report(error)
+            reportAsynchronously(error)
             markDirty()  // Try again an interval later.
         }
+    }
+
+    /// Passes a failed flush to the error handler on a thread of its own. `flush()` runs on the
+    /// flusher's queue, or in `stop()` under the store registry's lock while the last handle
+    /// closes the store, and the handler is the app's code, which may open, use or release
+    /// stores: a handler that released the store's last handle on the queue made `stop()` wait
+    /// for the queue it ran on (libdispatch traps), and one that opened a store during a close
+    /// waited for the registry's lock that its own thread held.
+    private func reportAsynchronously(_ error: any Error) {
+        let failure = error as? PersistentDefaultsError ?? .unknown(description: "\(error)")
+        DispatchQueue.global().async { [reporter] in reporter.report(failure) }
     }
 
     /// Stops the timer and flushes what is left.

@@ -74,7 +74,9 @@ extension PersistentDefaults {
         public var fallbackCheckInterval: Duration = .seconds(1)
         /// Receives errors that the non-throwing API cannot throw: a subscript write that failed,
         /// a stored value that does not decode (reported once per key and reason), a background
-        /// flush that failed. Default: one line on standard error.
+        /// flush that failed (reported on a thread of its own, holding no lock of the library, so
+        /// the handler may open, use or release stores, this one included). Default: one line on
+        /// standard error.
         public var errorHandler: @Sendable (PersistentDefaultsError) -> Void = Options.printToStandardError
 
         /// Options with the defaults.

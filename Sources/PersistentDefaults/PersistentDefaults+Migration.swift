@@ -25,7 +25,8 @@ extension PersistentDefaults {
     /// }
     /// ```
     ///
-    /// If `body` throws, nothing is written and the version stays where it was. The store records
+    /// A store already at `version` is only read, so a read-only open gets false too. If `body`
+    /// throws, nothing is written and the version stays where it was. The store records
     /// the version as a `UInt32`: a larger one throws
     /// ``PersistentDefaultsError/encodingFailed(key:type:reason:)`` before anything runs.
     @discardableResult
@@ -39,6 +40,10 @@ extension PersistentDefaults {
                 key: String(decoding: StoreCore.migrationVersionKey, as: UTF8.self), type: "UInt32",
                 reason: "the migration version \(version) is above \(UInt32.max), the largest the store records")
         }
+        // The common case, every start after the first: a read. A read-only open gets false
+        // instead of `readOnly`, and no write transaction waits for LMDB's writer lock. The
+        // transaction checks again: another process may migrate in between.
+        guard try migrationVersion() < version else { return false }
         let migrated = try write { transaction in
             guard try transaction.migrationVersion() < version else { return false }
             try body(transaction)

@@ -70,7 +70,7 @@ enum TemporaryStores {
         let made = template.withUnsafeMutableBufferPointer { buffer in mkdtemp(buffer.baseAddress!) }
         guard let made else { throw .fileSystem(path: base, errno: errno, operation: "mkdtemp") }
         let created = String(cString: made)
-        // The registry keys stores by their canonical path; so does `remove`.
+        // `remove` keys directories by their canonical path, which the store's `path` is.
         let path: String
         do throws(PersistentDefaultsError) {
             path = try StoreFiles.canonicalPath(created, creating: false)

@@ -12,8 +12,9 @@ import Foundation
 /// try store.write { tx in tx[.launchCount] = 10 } // atomic, several keys at once
 /// ```
 ///
-/// A store is `Sendable` and safe to use from any thread or task. Opening the same directory
-/// again in one process shares one LMDB environment; several processes may open it at once.
+/// A store is `Sendable` and safe to use from any thread or task. Opening the same store again
+/// in one process, by any path to its directory, shares one LMDB environment; several processes
+/// may open it at once.
 public final class PersistentDefaults: Sendable {
     @usableFromInline let core: StoreCore
     private let isReadOnly: Bool

@@ -6,6 +6,24 @@ import Foundation
     import Darwin
 #endif
 
+/// A file's identity: its device and inode numbers.
+struct FileIdentity: Hashable, Sendable {
+    var device: UInt64
+    var inode: UInt64
+
+    init(_ info: stat) {
+        device = UInt64(info.st_dev)
+        inode = UInt64(info.st_ino)
+    }
+
+    /// The identity of the open file `descriptor`; nil when `fstat` fails (`errno` says why).
+    init?(descriptor: Int32) {
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { return nil }
+        self.init(info)
+    }
+}
+
 /// The directory and files of a store, and their permissions.
 enum StoreFiles {
     static let dataFile = "data.mdb"
@@ -113,8 +131,15 @@ enum StoreFiles {
         }
     }
 
-    /// The canonical absolute path of the store directory, so that one store has one entry per
-    /// process; the directory is created first when `creating`.
+    /// The identity of the store's `data.mdb` in the directory `path`; nil when it has none.
+    static func dataFileIdentity(in path: String) -> FileIdentity? {
+        var info = stat()
+        guard stat(path + "/" + dataFile, &info) == 0 else { return nil }
+        return FileIdentity(info)
+    }
+
+    /// The canonical absolute path of the store directory (a store's `path`); the directory is
+    /// created first when `creating`.
     static func canonicalPath(_ path: String, creating: Bool) throws(PersistentDefaultsError) -> String {
         guard !path.isEmpty else { throw .notAStore(path: path, reason: "the path is empty") }
         // A C string ends at the first NUL: every file call would see another, shorter path.

@@ -1,18 +1,24 @@
 import Synchronization
 
-/// One `StoreCore` per store directory per process.
+/// One `StoreCore` per store per process.
 ///
 /// lmdb.h: "Do not have open an LMDB database twice in the same process at the same time" —
 /// closing the second handle would drop the first one's file locks. Handles are counted under
 /// one lock, so a store is closed only when its last handle goes, and an open of the same path
 /// racing with that close waits for it.
+///
+/// A store is its `data.mdb`, not its path: the directory may have been renamed (or mounted
+/// elsewhere) since it was opened, and then another path leads to the open store; or it may have
+/// been removed or replaced, and then the path leads to another store, which handles of the old
+/// one must not stand in for. So stores are keyed by the identity of the data file, which the
+/// open environment holds (its inode number cannot be reused meanwhile).
 enum StoreRegistry {
     private struct Entry {
         let core: StoreCore
         var handles: Int
     }
 
-    private static let stores = Locked<[String: Entry]>([:])
+    private static let stores = Locked<[FileIdentity: Entry]>([:])
 
     /// A handle of the store at `path`, opening it unless it is open in this process. With
     /// `temporary`, the directory is removed when the last handle goes (see
@@ -22,7 +28,7 @@ enum StoreRegistry {
     {
         try stores.withLock { stores in
             let key = try StoreFiles.canonicalPath(path, creating: options.creates)
-            if var entry = stores[key] {
+            if let file = StoreFiles.dataFileIdentity(in: key), var entry = stores[file] {
                 let open = entry.core.options
                 if open.durability != options.durability {
                     throw PersistentDefaultsError.optionsConflict(
@@ -33,23 +39,24 @@ enum StoreRegistry {
                         path: key, reason: "open read-only, asked for writing")
                 }
                 entry.handles += 1
-                stores[key] = entry
+                stores[file] = entry
                 return entry.core
             }
             let core = try StoreCore(path: key, options: options, temporary: temporary)
-            stores[key] = Entry(core: core, handles: 1)
+            stores[core.environment.dataFile] = Entry(core: core, handles: 1)
             return core
         }
     }
 
     static func release(_ core: StoreCore) {
         stores.withLock { stores in
-            guard var entry = stores[core.path], entry.core === core else { return }
+            let file = core.environment.dataFile
+            guard var entry = stores[file], entry.core === core else { return }
             entry.handles -= 1
             if entry.handles > 0 {
-                stores[core.path] = entry
+                stores[file] = entry
             } else {
-                stores[core.path] = nil
+                stores[file] = nil
                 core.close()
             }
         }

@@ -23,6 +23,27 @@ private struct NicknameKey: PersistentDefaultsKey { static let defaultValue: Str
         #expect(store[counter] <= 100)
     }
 
+    @Test func aReadOnlyOpenOfAMigratedStoreGetsFalseFromMigrate() throws {
+        try withTemporaryDirectory { path in
+            let counter = PersistentDefaults.Key<Int>("counter", default: 0)
+            var readOnly = PersistentDefaults.Options()
+            readOnly.readOnly = true
+            do {
+                let store = try PersistentDefaults(path: path)
+                #expect(try store.migrate(to: 1) { tx in tx[counter] += 1 })
+                // A read-only handle next to a writable one, then a read-only store: "call it at every start".
+                let reader = try PersistentDefaults(path: path, options: readOnly)
+                #expect(try reader.migrate(to: 1) { tx in tx[counter] += 1 } == false)
+            }
+            let reader = try PersistentDefaults(path: path, options: readOnly)
+            #expect(try reader.migrate(to: 1) { tx in tx[counter] += 1 } == false)
+            #expect(throws: PersistentDefaultsError.readOnly(path: reader.path)) {
+                try reader.migrate(to: 2) { tx in tx[counter] += 1 }
+            }
+            #expect(reader[counter] == 1)
+        }
+    }
+
     @Test func anIntegerThatADoubleCannotHoldDoesNotReadAsAnotherNumber() throws {
         let store = try PersistentDefaults.temporary()
         let big: Int64 = (1 << 53) + 1

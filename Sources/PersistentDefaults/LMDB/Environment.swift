@@ -103,6 +103,9 @@ final class Environment: @unchecked Sendable {
     /// changed pages; nil when the file cannot be opened for writing (read-only directory or
     /// file, another layout, a platform without futexes).
     let wakeChannel: WakeChannel?
+    /// The identity of the open `data.mdb`, which this environment holds open (so no other file
+    /// can take its inode number meanwhile): how the store registry tells one store from another.
+    let dataFile: FileIdentity
 
     init(_ configuration: EnvironmentConfiguration) throws(PersistentDefaultsError) {
         self.configuration = configuration
@@ -133,6 +136,12 @@ final class Environment: @unchecked Sendable {
         var stat = MDB_stat()
         _ = mdb_env_stat(handle, &stat)  // Cannot fail on an open environment.
         pageSize = Int(stat.ms_psize)
+        var descriptor: mdb_filehandle_t = -1
+        _ = mdb_env_get_fd(handle, &descriptor)  // Cannot fail on an open environment.
+        guard let identity = FileIdentity(descriptor: descriptor) else {
+            throw .fileSystem(path: configuration.path + "/" + StoreFiles.dataFile, errno: errno, operation: "fstat")
+        }
+        dataFile = identity
         try clearStaleReadersAtOpen()
     }
 

@@ -49,6 +49,18 @@ import PersistentDefaults
 //                                          mapped here); prints "error: …", "after: ANSWER BLOBSIZE"
 //                                          and "write: …" for reads and a write after the failure
 //
+//   pd-fixture release-in-flush-handler DIR  opens DIR `.bounded` (10 ms) with an error handler that
+//                                          releases the store's only handle, sets "k" to 1 and waits for
+//                                          a background flush to fail (run it under strace's fault
+//                                          injection); prints "released" once the handler's release
+//                                          returned, then opens DIR again and prints "reopened K"
+//
+//   pd-fixture open-in-close-flush-handler DIR OTHER  opens DIR `.bounded` (one hour) with an error
+//                                          handler that opens the store OTHER, sets "k" to 1 and
+//                                          releases DIR, whose closing flush fails under strace's fault
+//                                          injection; prints "closed", then "handled" once the handler
+//                                          opened OTHER
+//
 //   pd-fixture observe-idle DIR KEY SECONDS  observe KEY while idle; print the CPU time used
 //   pd-fixture watch DIR COUNT KEY...      observe the Int KEYs; print "channel writable: yes|no",
 //                                          "ready", then "change KEY OLD NEW SEQUENCE" per change,
@@ -158,6 +170,10 @@ func run(_ arguments: [String]) -> ToolExitCode {
             probeReadOnly(path: arguments[1], key: arguments[2])
         case ("open-without-thread-keys", 2):
             openWithoutThreadKeys(path: arguments[1])
+        case ("release-in-flush-handler", 2):
+            return try releaseInFlushHandler(path: arguments[1])
+        case ("open-in-close-flush-handler", 3):
+            return try openInCloseFlushHandler(path: arguments[1], other: arguments[2])
         case (_, 4):
             return try simple(arguments)
         default:
@@ -364,6 +380,61 @@ func probeReadOnly(path: String, key: String) {
     } catch {
         say("writable open: \(error)")
     }
+}
+
+func releaseInFlushHandler(path: String) throws -> ToolExitCode {
+    let held = Guarded<PersistentDefaults?>(nil)
+    let released = DispatchSemaphore(value: 0)
+    var bounded = options()
+    bounded.durability = .bounded(interval: .milliseconds(10))
+    var handled = bounded
+    handled.errorHandler = { error in
+        say("handled: \(error)")
+        // Taken out under the lock, released outside it: the last handle goes in this handler.
+        guard
+            let store = held.withLock({ store -> PersistentDefaults? in
+                defer { store = nil }
+                return store
+            })
+        else { return }
+        _ = consume store
+        say("released")
+        released.signal()
+    }
+    let key = PersistentDefaults.Key<Int>("k", default: 0)
+    do {
+        let store = try PersistentDefaults(path: path, options: handled)
+        try store.set(1, for: key)
+        held.withLock { $0 = store }
+    }
+    guard released.wait(timeout: .now() + 20) == .success else { return .storeError }
+    let again = try PersistentDefaults(path: path, options: bounded)
+    say("reopened \(again[key])")
+    return .success
+}
+
+func openInCloseFlushHandler(path: String, other: String) throws -> ToolExitCode {
+    let handled = DispatchSemaphore(value: 0)
+    var options = options()
+    options.durability = .bounded(interval: .seconds(3600))
+    options.errorHandler = { error in
+        // A handler that records the failure in another store, as an app's logger might.
+        do {
+            let log = try PersistentDefaults(path: other)
+            log[PersistentDefaults.Key<String>("lastError", default: "")] = "\(error)"
+        } catch {
+            say("other: \(error)")
+        }
+        handled.signal()
+    }
+    do {
+        let store = try PersistentDefaults(path: path, options: options)
+        try store.set(1, for: PersistentDefaults.Key<Int>("k", default: 0))
+    }  // The last handle goes: the store closes and its closing flush fails.
+    say("closed")
+    guard handled.wait(timeout: .now() + 20) == .success else { return .storeError }
+    say("handled")
+    return .success
 }
 
 run(Array(CommandLine.arguments.dropFirst())).exit()

@@ -1,0 +1,70 @@
+import Foundation
+import PDTestSupport
+import PersistentDefaults
+import Testing
+
+/// A store's close in this process, and the app's code that runs around it.
+@Suite struct StoreLifecycleTests {
+    /// Runs the fixture under strace with every `fdatasync` failing (EIO): the child's background
+    /// and closing flushes fail and reach its error handler.
+    static func fixtureWithFailingSyncs(_ arguments: [String]) throws -> ChildProcess {
+        try ChildProcess(
+            URL(fileURLWithPath: "/usr/bin/strace"),
+            ["-f", "-qq", "-o", "/dev/null", "-e", "trace=fdatasync", "-e", "inject=fdatasync:error=EIO"]
+                + [Products.fixture.path] + arguments, errors: .merged)
+    }
+
+    @Test func aStoreReleasedByItsErrorHandlerOnTheFlushQueueCloses() throws {
+        try withTemporaryDirectory { path in
+            // Made here: the child's open then syncs nothing, and its first fdatasync is the flush's.
+            _ = try PersistentDefaults(path: path)
+            let child = try Self.fixtureWithFailingSyncs(["release-in-flush-handler", path])
+            #expect(child.wait(for: "reopened 1", timeout: 30), "\(child.text)")
+            #expect(child.waitForExit(timeout: 30))
+            #expect(child.result.status == 0, "\(child.text)")
+        }
+    }
+
+    @Test func anErrorHandlerMayOpenAStoreWhenTheClosingFlushFails() throws {
+        try withTemporaryDirectory { base in
+            let (path, other) = (base + "/store", base + "/log")
+            _ = try (PersistentDefaults(path: path), PersistentDefaults(path: other))
+            let child = try Self.fixtureWithFailingSyncs(["open-in-close-flush-handler", path, other])
+            #expect(child.wait(for: "handled", timeout: 30), "\(child.text)")
+            #expect(child.waitForExit(timeout: 30))
+            #expect(child.result.status == 0, "\(child.text)")
+        }
+    }
+
+    static let counter = PersistentDefaults.Key<Int>("counter", default: 0)
+
+    @Test func aStoreWhoseDirectoryWasReplacedIsOpenedAnew() throws {
+        try withTemporaryDirectory { path in
+            let old = try PersistentDefaults(path: path)
+            old[Self.counter] = 1
+            // Removed (a reset to defaults, a restore) while a handle of the old store lives on.
+            try FileManager.default.removeItem(atPath: path)
+            let new = try PersistentDefaults(path: path)
+            #expect(FileManager.default.fileExists(atPath: path + "/data.mdb"), "the new store is on disk")
+            #expect(new[Self.counter] == 0)
+            new[Self.counter] = 2
+            #expect(try PersistentDefaults(path: path)[Self.counter] == 2)
+            #expect(old[Self.counter] == 1, "the old handle keeps its store")
+        }
+    }
+
+    @Test func aStoreWhoseDirectoryWasRenamedIsTheOpenStoreAtItsNewPath() throws {
+        try withTemporaryDirectory { base in
+            var bounded = PersistentDefaults.Options()
+            bounded.durability = .bounded(interval: .seconds(10))
+            let store = try PersistentDefaults(path: base + "/before", options: bounded)
+            store[Self.counter] = 1
+            try FileManager.default.moveItem(atPath: base + "/before", toPath: base + "/after")
+            // The same files: one environment in the process (lmdb.h), so another durability is refused.
+            #expect(throws: PersistentDefaultsError.self) { try PersistentDefaults(path: base + "/after") }
+            let again = try PersistentDefaults(path: base + "/after", options: bounded)
+            again[Self.counter] += 1
+            #expect(store[Self.counter] == 2)
+        }
+    }
+}
