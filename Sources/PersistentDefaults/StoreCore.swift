@@ -275,7 +275,12 @@ final class StoreCore: Sendable {
         return try key.nameBytes.withUnsafeBytes { name in
             try transaction.withValue(databases.values, name) { bytes in
                 guard let bytes else { return key.defaultValue }
-                return try key.decode(bytes)
+                guard let lastKnown = key.lastKnown else { return try key.decode(bytes) }
+                // Bytes this process last stored or read are not decoded again (see `lastKnown`).
+                if let known = key.knownValue(of: bytes, in: lastKnown.withLock({ $0 })) { return known }
+                let value = try key.decode(bytes)
+                key.remember(Array(bytes), encoding: value)
+                return value
             }
         }
     }

@@ -137,6 +137,21 @@ private struct Frame: Codable, Equatable, Sendable {
         }
     }
 
+    /// Reads in a snapshot and in a write transaction know the bytes too.
+    @Test func snapshotAndTransactionReadsOfKnownBytesAreNotDecodedAgain() throws {
+        try withTemporaryStore { store, _, log throws in
+            try store.set(Frame(x: 3), for: Self.frame)
+            var seen: [Int] = []
+            let decoded = try decodings {
+                seen.append(try store.read { $0[Self.frame].x })
+                seen.append(try store.write { $0[Self.frame].x })
+            }
+            #expect(decoded == 0)
+            #expect(seen == [3, 3])
+            #expect(log.all.isEmpty, "\(log.all)")
+        }
+    }
+
     /// Instances of a class are never shared between readers: each read decodes.
     @Test func aClassValueIsDecodedOnEveryRead() throws {
         final class Box: Codable, Sendable {
