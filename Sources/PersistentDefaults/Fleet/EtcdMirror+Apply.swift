@@ -13,7 +13,7 @@ extension EtcdMirror {
             writer.appliesMirror = true
             failures.removeAll()  // The body runs again when the map grows.
             let transaction = try writer.live()
-            var record = try ownRecord(in: transaction)
+            let record = try ownRecord(in: transaction)
             guard record.revision < revision else { return record.revision }
             for event in events {
                 guard let name = localName(ofEtcdKey: event.kv.key) else { continue }
@@ -32,13 +32,7 @@ extension EtcdMirror {
                     failures.append(error)
                 }
             }
-            record.revision = revision
-            record.clusterID = clusterID.isEmpty ? record.clusterID : clusterID
-            record.applied = Date()
-            record.contact = record.applied
-            try core.recordMirror(record, localPrefix: localPrefixBytes, in: transaction)
-            // One etcd revision, one logged commit, also when no value changed.
-            writer.logsWithoutValueChanges = true
+            try recordApplied(revision, of: clusterID, in: record, writer: writer)
             return revision
         }
         for failure in failures { core.reporter.report(failure) }
@@ -110,7 +104,7 @@ extension EtcdMirror {
             writer.appliesMirror = true
             repaired = nil  // The body runs again when the map grows.
             let transaction = try writer.live()
-            var record = try ownRecord(in: transaction)
+            let record = try ownRecord(in: transaction)
             let sameCluster = record.clusterID.isEmpty || record.clusterID == snapshot.header.clusterID
             if sameCluster, record.revision > revision {
                 guard record.revision == before.revision, record.applied == before.applied else { return nil }
@@ -119,12 +113,7 @@ extension EtcdMirror {
             }
             let changed = try makeLocalCopyEqual(to: wanted, writer: writer, in: transaction)
             if sameCluster, record.revision > revision { repaired = changed }
-            record.revision = revision
-            record.clusterID = snapshot.header.clusterID
-            record.applied = Date()
-            record.contact = record.applied
-            try core.recordMirror(record, localPrefix: localPrefixBytes, in: transaction)
-            writer.logsWithoutValueChanges = true
+            try recordApplied(revision, of: snapshot.header.clusterID, in: record, writer: writer)
             return revision
         }
         for failure in failures { core.reporter.report(failure) }
@@ -136,6 +125,21 @@ extension EtcdMirror {
                 PersistentDefaultsError.mirrorRepaired(localPrefix: localPrefix, revision: revision, keys: repaired))
         }
         return true
+    }
+
+    /// Records in `writer`'s transaction that the store holds etcd's `revision` of the cluster
+    /// `clusterID` (an empty one keeps the recorded cluster), applied and in contact now: one
+    /// etcd revision, one logged commit, also when no value changed.
+    private func recordApplied(
+        _ revision: Int64, of clusterID: String, in record: MirrorRecord, writer: WriteTransaction
+    ) throws {
+        var record = record
+        record.revision = revision
+        record.clusterID = clusterID.isEmpty ? record.clusterID : clusterID
+        record.applied = Date()
+        record.contact = record.applied
+        try store.core.recordMirror(record, localPrefix: localPrefixBytes, in: try writer.live())
+        writer.logsWithoutValueChanges = true
     }
 
     /// Makes the names under the local prefix hold exactly the values of `wanted`, in
