@@ -432,10 +432,14 @@ public final class WriteTransaction: StoreView {
         func equalForm(_ held: Held) -> [UInt8]? {
             guard let tag = values.tag(of: held),
                 Self.mayEncodeEqualValuesDifferently(tag) || Self.mayEncodeEqualValuesDifferently(encoded.first),
-                let bytes = values.copy(of: held),
-                Self.decodes(bytes, toEqualOf: value, with: key.codec, isEqual: isEqual)
+                let bytes = values.copy(of: held)
             else { return nil }
-            return bytes
+            // Bytes this process last stored or read are compared as the value they encode.
+            let known = key.lastKnown.flatMap { lastKnown in
+                bytes.withUnsafeBytes { key.knownValue(of: $0, in: lastKnown.withLock { $0 }) }
+            }
+            if let known { return isEqual(known, value) ? bytes : nil }
+            return Self.decodes(bytes, toEqualOf: value, with: key.codec, isEqual: isEqual) ? bytes : nil
         }
         // Held bytes equal to `encoded` are kept as `encoded`: the same bytes, no copy.
         if encoded.withUnsafeBytes({ values.holds(new, $0) }) { return encoded }

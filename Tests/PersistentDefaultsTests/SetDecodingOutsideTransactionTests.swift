@@ -152,6 +152,22 @@ private struct Frame: Codable, Equatable, Sendable {
         }
     }
 
+    /// A write transaction compares a value with the known bytes the key holds without decoding
+    /// them; an equal value is still no change.
+    @Test func aTransactionComparesWithKnownBytesWithoutDecoding() throws {
+        try withTemporaryStore { store, _, log throws in
+            try store.set(Frame(x: 1), for: Self.frame)
+            let before = try store.lastSequence()
+            let decoded = try decodings {
+                try store.write { $0[Self.frame] = Frame(x: 1) }
+                try store.write { $0[Self.frame] = Frame(x: 2) }
+            }
+            #expect(decoded == 0)
+            #expect(try store.lastSequence() == before + 1, "only the second transaction changed the key")
+            #expect(log.all.isEmpty, "\(log.all)")
+        }
+    }
+
     /// Instances of a class are never shared between readers: each read decodes.
     @Test func aClassValueIsDecodedOnEveryRead() throws {
         final class Box: Codable, Sendable {
