@@ -111,8 +111,9 @@ extension PersistentDefaults {
         /// while the store holds those bytes, a read returns that value and a `set` compares
         /// with it, instead of decoding them again (a JSON read is mostly its decoding; a JSON
         /// set spent 40 % of its instructions decoding the old value). Nil for other types
-        /// (the library decodes its own in place; a class's instances are not shared between
-        /// readers); only encodings of at most ``rememberedLimit`` bytes are kept.
+        /// (the library decodes its own in place; a class's instances, or optionals of them, are
+        /// not shared between readers); only encodings of at most ``rememberedLimit`` bytes are
+        /// kept.
         @usableFromInline let lastKnown: Locked<(bytes: [UInt8], value: Value)?>?
         /// The largest encoding ``lastKnown`` keeps: a larger one would double the memory its
         /// value takes, for the life of the key.
@@ -130,7 +131,7 @@ extension PersistentDefaults {
             self.shouldRemove = shouldRemove
             self.shouldOverwrite = shouldOverwrite
             isEqual = equality(of: Value.self)
-            lastKnown = codec.runsUserCode && !(Value.self is AnyObject.Type) ? Locked(nil) : nil
+            lastKnown = codec.runsUserCode && !isClassInstance(Value.self) ? Locked(nil) : nil
             super.init(name: name)
         }
 
@@ -229,3 +230,20 @@ func equality<Value>(of _: Value.Type) -> ((Value, Value) -> Bool)? {
     /// which cannot tell isolated conformances apart: every type meets it.
     public typealias SendableMetatype = Any
 #endif
+
+/// Whether values of `type` are class instances, or optionals of them: ``PersistentDefaults/Key/lastKnown``
+/// does not hand one instance to every reader.
+private func isClassInstance(_ type: Any.Type) -> Bool {
+    if type is AnyObject.Type { return true }
+    guard let optional = type as? any OptionalWrapping.Type else { return false }
+    return isClassInstance(optional.wrappedType)
+}
+
+/// An `Optional` type, for ``isClassInstance(_:)`` to look inside.
+private protocol OptionalWrapping {
+    static var wrappedType: Any.Type { get }
+}
+
+extension Optional: OptionalWrapping {
+    fileprivate static var wrappedType: Any.Type { Wrapped.self }
+}

@@ -181,6 +181,11 @@ private struct Frame: Codable, Equatable, Sendable {
             let second = store[key]
             #expect(first.x == 4 && second.x == 4)
             #expect(first !== second)
+            let optional = PersistentDefaults.Key<Box?>("optionalBox")
+            try store.set(Box(x: 5), for: optional)
+            let (third, fourth) = (store[optional], store[optional])
+            #expect(third?.x == 5 && fourth?.x == 5)
+            #expect(third !== fourth)
         }
     }
 }
