@@ -139,7 +139,10 @@ final class Environment: @unchecked Sendable {
         var descriptor: mdb_filehandle_t = -1
         _ = mdb_env_get_fd(handle, &descriptor)  // Cannot fail on an open environment.
         guard let identity = FileIdentity(descriptor: descriptor) else {
-            throw .fileSystem(path: configuration.path + "/" + StoreFiles.dataFile, errno: errno, operation: "fstat")
+            let failure = errno
+            // The environment is not handed out: it is closed here (`deinit` does not run).
+            mdb_env_close(handle)
+            throw .fileSystem(path: configuration.path + "/" + StoreFiles.dataFile, errno: failure, operation: "fstat")
         }
         dataFile = identity
         try clearStaleReadersAtOpen()
