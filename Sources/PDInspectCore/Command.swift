@@ -47,6 +47,7 @@ extension FollowOptions {
         --max-events and --timeout make the command stop by itself (for scripts and tests);
         otherwise it follows until SIGINT or SIGTERM, woken by each commit like any observer
         of the store. With --json, one JSON object per line. A malformed log key or record
-        ends it with one line and exit 3.
+        ends it with one line and exit 3; records asked for that the log no longer holds (an
+        old --since N, or a follower that fell behind the log's retention) with exit 1.
         """
 }
