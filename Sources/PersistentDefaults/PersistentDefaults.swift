@@ -204,7 +204,7 @@ public final class PersistentDefaults: Sendable {
         }
         // The store holds `encoded` now (or holds it no longer, which `equalStoredForm` notices by
         // the bytes): when those are `value`'s own bytes, the next set need not decode them.
-        if encoded == fresh { key.remember(fresh, encoding: value) }
+        if !decodesInTransaction, encoded == fresh { key.remember(fresh, encoding: value) }
     }
 
     /// The stored bytes of `key` when they differ from `encoded` but decode to a value equal to
