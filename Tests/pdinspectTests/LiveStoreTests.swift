@@ -37,4 +37,20 @@ struct LiveStoreTests {
         }
         #expect(mismatches.count == 0, "of 150: \(mismatches.prefix(3))")
     }
+
+    /// A service keeps more history than the default retention; an operator's `set` must not
+    /// prune it to `pdinspect`'s own defaults.
+    @Test func setKeepsTheLogThatTheStoreRetains() throws {
+        let fixture = try TemporaryStore(seeded: false)
+        var options = PersistentDefaults.Options()
+        options.logRetentionBytes = 64 << 20
+        let store = try PersistentDefaults(path: fixture.path, options: options)
+        let blob = PersistentDefaults.Key<Data>("blob", default: Data())
+        for byte in 0..<6 { try store.set(Data(repeating: UInt8(byte), count: 1 << 20), for: blob) }
+        let before = try store.commits(after: 0).map(\.sequence)
+        let outcome = try pdinspect("set", fixture.path, "theme", "dark", "--type", "string")
+        #expect(outcome.status == 0, "\(outcome)")
+        let after = try store.commits(after: 0).map(\.sequence)
+        #expect(after == before + [before.last! + 1], "log before \(before), after \(after)")
+    }
 }
