@@ -59,8 +59,9 @@ public struct Runner: Sendable {
         }
     }
 
-    /// Opens an existing store, read-only unless asked; never creates one. The library reports
-    /// errors that it cannot throw to `errorHandler` (by default one line on standard error).
+    /// Opens an existing store, read-only unless asked; never creates one, and its commits never
+    /// prune the commit log. The library reports errors that it cannot throw to `errorHandler`
+    /// (by default one line on standard error).
     func open(
         _ path: String, readOnly: Bool = true,
         errorHandler: @escaping @Sendable (PersistentDefaultsError) -> Void = PersistentDefaults.Options
@@ -70,6 +71,11 @@ public struct Runner: Sendable {
         options.readOnly = readOnly
         options.createIfMissing = false
         options.errorHandler = errorHandler
+        // Each committing process prunes the log to its own retention: an operator's commit must
+        // not cut the history that the store's services keep (larger than the defaults); theirs
+        // prune it as they configured.
+        options.logRetention = .max
+        options.logRetentionBytes = .max
         return try PersistentDefaults(path: path, options: options)
     }
 

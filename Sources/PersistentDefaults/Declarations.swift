@@ -169,17 +169,7 @@ extension PersistentDefaults {
     /// when no record still kept did (see ``Options/logRetention``). What `pdinspect describe`
     /// shows as the last change.
     public func newestCommit(changing name: String) throws -> CommitRecord? {
-        let nameBytes = Array(name.utf8)
-        return try core.environment.withRead { transaction in
-            var found: CommitRecord?
-            try transaction.forEach(core.databases.log, reverse: true) { key, value in
-                let record = try CommitRecord(sequence: try logSequence(fromKey: key), bytes: value)
-                guard record.changes.contains(where: { $0.key.utf8.elementsEqual(nameBytes) }) else { return true }
-                found = record
-                return false
-            }
-            return found
-        }
+        try core.environment.withRead { try core.newestCommit(changing: Array(name.utf8), in: $0) }
     }
 
     func declare(_ keys: [Keys], summary: String?) throws {
@@ -257,6 +247,28 @@ private struct DeclarationRecord: Codable {
     enum CodingKeys: String, CodingKey {
         case type, optional, summary, sequence, date, processID
         case defaultValue = "default"
+    }
+}
+
+extension Snapshot {
+    /// ``PersistentDefaults/newestCommit(changing:)`` as this snapshot sees it: with the other
+    /// reads of the snapshot, one commit's state (`pdinspect describe`).
+    package func newestCommit(changing name: String) throws -> CommitRecord? {
+        try core.newestCommit(changing: Array(name.utf8), in: try live())
+    }
+}
+
+extension StoreCore {
+    /// The newest record in `transaction`'s log that changed the key named `nameBytes`.
+    func newestCommit(changing nameBytes: [UInt8], in transaction: Transaction) throws -> CommitRecord? {
+        var found: CommitRecord?
+        try transaction.forEach(databases.log, reverse: true) { key, value in
+            let record = try CommitRecord(sequence: try logSequence(fromKey: key), bytes: value)
+            guard record.changes.contains(where: { $0.key.utf8.elementsEqual(nameBytes) }) else { return true }
+            found = record
+            return false
+        }
+        return found
     }
 }
 

@@ -36,24 +36,7 @@ extension PersistentDefaults {
     /// sorted by the names' UTF-8 bytes. Values that do not decode are listed too, so that a tool
     /// can show them instead of failing.
     public func storedEntries(prefix: String = "") throws -> [StoredEntry] {
-        let prefixBytes = Array(prefix.utf8)
-        return try core.environment.withRead { transaction in
-            var entries: [StoredEntry] = []
-            func visit(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Bool {
-                guard key.starts(with: prefixBytes) else { return false }
-                // Bytes are copied here: they are valid only until the transaction ends.
-                entries.append(StoredEntry(name: String(decoding: key, as: UTF8.self), encodedValue: Array(value)))
-                return true
-            }
-            if prefixBytes.isEmpty {
-                try transaction.forEach(core.databases.values, visit)
-            } else {
-                try prefixBytes.withUnsafeBytes { start in
-                    try transaction.forEach(core.databases.values, from: start, visit)
-                }
-            }
-            return entries
-        }
+        try core.environment.withRead { try core.storedEntries(prefix: prefix, in: $0) }
     }
 
     /// Checks, without opening it, that `path` holds a complete store: a directory with a
@@ -67,6 +50,36 @@ extension PersistentDefaults {
     /// it is empty or longer than ``Keys/maximumNameLength`` UTF-8 bytes.
     package static func validateKeyName(_ name: String) throws(PersistentDefaultsError) {
         if let error = Keys.validate(name: name, bytes: name.utf8.count) { throw error }
+    }
+}
+
+extension Snapshot {
+    /// ``PersistentDefaults/storedEntries(prefix:)`` as this snapshot sees it: with the other
+    /// reads of the snapshot, one commit's state (`pdinspect describe`).
+    package func storedEntries(prefix: String = "") throws -> [StoredEntry] {
+        try core.storedEntries(prefix: prefix, in: try live())
+    }
+}
+
+extension StoreCore {
+    /// Every stored key whose name starts with `prefix`, with its bytes, in `transaction`.
+    func storedEntries(prefix: String, in transaction: Transaction) throws -> [StoredEntry] {
+        let prefixBytes = Array(prefix.utf8)
+        var entries: [StoredEntry] = []
+        func visit(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Bool {
+            guard key.starts(with: prefixBytes) else { return false }
+            // Bytes are copied here: they are valid only until the transaction ends.
+            entries.append(StoredEntry(name: String(decoding: key, as: UTF8.self), encodedValue: Array(value)))
+            return true
+        }
+        if prefixBytes.isEmpty {
+            try transaction.forEach(databases.values, visit)
+        } else {
+            try prefixBytes.withUnsafeBytes { start in
+                try transaction.forEach(databases.values, from: start, visit)
+            }
+        }
+        return entries
     }
 }
 

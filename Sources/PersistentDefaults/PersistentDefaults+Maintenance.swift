@@ -37,20 +37,12 @@ extension PersistentDefaults {
         return try environment.withRead { transaction in
             let info = environment.info()
             let values = try transaction.statistics(core.databases.values)
-            // A log key that is not a sequence number (another tool wrote it; `verify()` reports
-            // it) is left out of `logRange` rather than failing the statistics.
-            var first: UInt64?
-            try transaction.forEach(core.databases.log) { key, _ in
-                first = try? logSequence(fromKey: key)
-                return false
-            }
-            let last = try? core.lastSequence(in: transaction)
             return StoreStatistics(
                 formatVersion: StoreCore.formatVersion, mapSize: info.mapSize,
                 usedBytes: (info.lastPage + 1) * values.pageSize, pageSize: values.pageSize,
                 lastTransactionID: info.lastTransactionID, maxReaders: info.maxReaders, readers: info.readers,
                 values: values, log: try transaction.statistics(core.databases.log),
-                logRange: first.map { $0...max($0, last ?? $0) },
+                logRange: try core.logRange(in: transaction),
                 dataFileSize: Self.fileSize(path + "/" + StoreFiles.dataFile),
                 lockFileSize: Self.fileSize(path + "/" + StoreFiles.lockFile))
         }
@@ -161,6 +153,26 @@ extension PersistentDefaults {
             }
             return problems
         }
+    }
+}
+
+extension Snapshot {
+    /// ``StoreStatistics/logRange`` as this snapshot sees it (`pdinspect describe`).
+    package func logRange() throws -> ClosedRange<UInt64>? { try core.logRange(in: try live()) }
+}
+
+extension StoreCore {
+    /// The oldest and newest sequence numbers in `transaction`'s log; nil when it is empty.
+    func logRange(in transaction: Transaction) throws -> ClosedRange<UInt64>? {
+        // A log key that is not a sequence number (another tool wrote it; `verify()` reports
+        // it) is left out rather than failing the statistics.
+        var first: UInt64?
+        try transaction.forEach(databases.log) { key, _ in
+            first = try? logSequence(fromKey: key)
+            return false
+        }
+        let last = try? lastSequence(in: transaction)
+        return first.map { $0...max($0, last ?? $0) }
     }
 }
 

@@ -23,10 +23,15 @@ struct DescribeVerb: VerbCommand {
     }
 
     func run(in runner: Runner) throws {
-        let store = try runner.open(database)
-        let declaration = try store.declaration(named: key)
-        // The raw bytes, so that a value that does not decode is shown instead of failing.
-        let stored = try store.storedEntries(prefix: key).first { $0.name.utf8.elementsEqual(key.utf8) }
+        // One snapshot: on a store that others write, the value and the last change are of one commit.
+        let (declaration, stored, last, logRange) = try runner.open(database).read { snapshot in
+            (
+                try snapshot.declaration(named: key),
+                // The raw bytes, so that a value that does not decode is shown instead of failing.
+                try snapshot.storedEntries(prefix: key).first { $0.name.utf8.elementsEqual(key.utf8) },
+                try snapshot.newestCommit(changing: key), try snapshot.logRange()
+            )
+        }
         guard stored != nil || declaration != nil else {
             throw CommandFailure(.failure, "key \"\(key)\" is neither stored nor declared")
         }
@@ -36,7 +41,6 @@ struct DescribeVerb: VerbCommand {
             return "the stored value does not decode: \(error)"
         }
         if let value, let declaration, let mismatch = declaration.mismatch(of: value) { problem = mismatch }
-        let last = try store.newestCommit(changing: key)
         let lastChange = last.map { record in
             DescribeReport.Commit(
                 sequence: record.sequence, timestamp: TextTable.timestamp(record.timestamp),
@@ -83,7 +87,7 @@ struct DescribeVerb: VerbCommand {
                     + (lastChange.removed == true ? "  (removed)" : ""),
             ])
         } else {
-            let range = try store.statistics().logRange.map { "#\($0.lowerBound)…#\($0.upperBound)" } ?? "empty"
+            let range = logRange.map { "#\($0.lowerBound)…#\($0.upperBound)" } ?? "empty"
             rows.append(["last change", "none in the commit log (it holds \(range))"])
         }
         runner.console.print(TextTable.render(rows))
