@@ -188,12 +188,12 @@ final class ObserverRegistry: Sendable {
     /// Adds an observer of the key whose name has `name`'s bytes. `registered` gets the key's
     /// stored bytes at the observer's start (nil when not stored or unreadable), under the
     /// registry lock, before any delivery can reach the new observer: it must not block.
+    /// `activity` is the token's: a caller that defers callbacks (`queue:`) checks it again.
     func addKeyObserver(
-        name: [UInt8], core: StoreCore,
+        name: [UInt8], core: StoreCore, activity: Activity = Activity(),
         handler: @escaping @Sendable ([UInt8]?, [UInt8]?, UInt64) -> Void,
         registered: ([UInt8]?) -> Void = { _ in }
     ) -> ObservationToken {
-        let activity = Activity()
         let bit = WakeChannel.bit(forKeyNamed: name)
         let id = register(core: core, readingKey: name, wakingOn: bit) {
             state, id, start in
@@ -220,8 +220,9 @@ final class ObserverRegistry: Sendable {
     }
 
     /// Adds an observer of whole commit records, starting after the newest commit.
-    func addCommitObserver(core: StoreCore, handler: @escaping @Sendable (CommitRecord) -> Void) -> ObservationToken {
-        let activity = Activity()
+    func addCommitObserver(
+        core: StoreCore, activity: Activity = Activity(), handler: @escaping @Sendable (CommitRecord) -> Void
+    ) -> ObservationToken {
         let id = register(core: core, readingKey: nil, wakingOn: WakeChannel.everyCommit) { state, id, start in
             state.commitObservers[id] = CommitObserver(
                 position: start?.sequence ?? state.dispatched, activity: activity, handler: handler)
@@ -235,9 +236,9 @@ final class ObserverRegistry: Sendable {
     /// Adds an observer of the changes to keys whose names start with `prefix` (UTF-8 bytes):
     /// one call per commit that changed at least one of them, with a record holding only those.
     func addPrefixObserver(
-        prefix: [UInt8], core: StoreCore, handler: @escaping @Sendable (CommitRecord) -> Void
+        prefix: [UInt8], core: StoreCore, activity: Activity = Activity(),
+        handler: @escaping @Sendable (CommitRecord) -> Void
     ) -> ObservationToken {
-        let activity = Activity()
         let id = register(core: core, readingKey: nil, wakingOn: WakeChannel.everyCommit) { state, id, start in
             state.insert(
                 CommitObserver(position: start?.sequence ?? state.dispatched, activity: activity, handler: handler),
