@@ -41,4 +41,58 @@ import Testing
             #expect(lateCalls.value <= 1, "\(lateCalls.value) of \(calls.value) callbacks ran after cancel() returned")
         }
     }
+
+    /// Holds every reader slot of `store` (threads of their own) until the returned function is
+    /// called.
+    private static func fillReaderTable(of store: PersistentDefaults, slots: Int) -> @Sendable () -> Void {
+        let entered = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let done = DispatchGroup()
+        for _ in 0..<slots {
+            done.enter()
+            Thread.detachNewThread {
+                _ = try? store.read { _ in
+                    entered.signal()
+                    release.wait()
+                }
+                done.leave()
+            }
+        }
+        for _ in 0..<slots { _ = entered.wait(timeout: .now() + 10) }
+        return {
+            for _ in 0..<slots { release.signal() }
+            _ = done.wait(timeout: .now() + 10)
+        }
+    }
+
+    /// An observer whose start could not be read (a full reader table) started at the registry's
+    /// position, which stays where it was while nobody observes: the next delivery read the log
+    /// from there and called the new observer for every change made before its registration
+    /// (9 of 10 old commits, in every run), where the documented limit is only that the first
+    /// change after it can be missed. The same for a commit observer (10 old records).
+    @Test func anObserverWhoseStartCannotBeReadGetsNoChangeFromBeforeItsRegistration() throws {
+        var options = PersistentDefaults.Options()
+        options.maxReaders = 4
+        try withTemporaryStore(options: options) { store, _, log throws in
+            for value in 1...10 { try store.set(value, for: Self.counter) }
+            let release = Self.fillReaderTable(of: store, slots: 4)
+            let changes = Events<KeyChange<Int>>()
+            let records = Events<CommitRecord>()
+            let tokens = [
+                store.observe(Self.counter) { changes.append($0) },
+                store.observeCommits { records.append($0) },
+            ]
+            release()
+            #expect(log.all.contains { $0.code == .readersFull }, "\(log.all)")
+            try store.set(11, for: Self.counter)
+            try store.set(12, for: Self.counter)
+            #expect(records.wait(forCount: 1, timeout: 5))
+            #expect(changes.wait(forCount: 1, timeout: 5))
+            // Every call is for a commit after the registration (11 may be missed: see the limit).
+            #expect(changes.all.allSatisfy { $0.sequence > 10 }, "\(changes.all.map(\.sequence))")
+            #expect(records.all.allSatisfy { $0.sequence > 10 }, "\(records.all.map(\.sequence))")
+            #expect(changes.all.last?.newValue == 12)
+            withExtendedLifetime(tokens) {}
+        }
+    }
 }

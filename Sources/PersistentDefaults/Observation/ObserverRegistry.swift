@@ -46,8 +46,9 @@ final class ObserverRegistry: Sendable {
     }
 
     private struct CommitObserver {
-        /// Only records after this sequence are delivered.
-        let position: UInt64
+        /// Only records after this sequence are delivered; `.max` until the next comparison when
+        /// the observer's start could not be read (see `compare`).
+        var position: UInt64
         let activity: Activity
         let handler: @Sendable (CommitRecord) -> Void
     }
@@ -225,7 +226,7 @@ final class ObserverRegistry: Sendable {
     ) -> ObservationToken {
         let id = register(core: core, readingKey: nil, wakingOn: WakeChannel.everyCommit) { state, id, start in
             state.commitObservers[id] = CommitObserver(
-                position: start?.sequence ?? state.dispatched, activity: activity, handler: handler)
+                position: start?.sequence ?? .max, activity: activity, handler: handler)
         }
         return ObservationToken { [weak self] in
             activity.isActive.store(false, ordering: .releasing)
@@ -241,7 +242,7 @@ final class ObserverRegistry: Sendable {
     ) -> ObservationToken {
         let id = register(core: core, readingKey: nil, wakingOn: WakeChannel.everyCommit) { state, id, start in
             state.insert(
-                CommitObserver(position: start?.sequence ?? state.dispatched, activity: activity, handler: handler),
+                CommitObserver(position: start?.sequence ?? .max, activity: activity, handler: handler),
                 id: id, prefix: prefix)
         }
         return ObservationToken { [weak self] in
@@ -260,9 +261,9 @@ final class ObserverRegistry: Sendable {
     }
 
     /// Reads a snapshot and inserts the observer at it, once no delivery has passed it; reads
-    /// again otherwise. A failed read is reported and the observer starts at the registry's
-    /// position with an unknown baseline, set by a comparison with the store at the next
-    /// delivery (it never replays old history).
+    /// again otherwise. A failed read is reported and the observer starts at the comparison
+    /// with the store that the next delivery makes, a key observer with an unknown baseline that
+    /// it sets (it never replays old history).
     ///
     /// Inside `read { }`, after another process grew the map, the read is answered from that
     /// scope's snapshot, which reading again would not move. A key observer then starts at that
@@ -612,6 +613,17 @@ final class ObserverRegistry: Sendable {
     private func compare(_ values: some Sequence<([UInt8], [UInt8]?)>, at sequence: UInt64) {
         let calls = state.withLock { state -> [Call] in
             state.dispatched = max(state.dispatched, sequence)
+            // Commit and prefix observers whose start could not be read start here: the
+            // registry's position they would otherwise take stays behind while nobody observes,
+            // and they got the records of commits made before their registration.
+            for (id, observer) in state.commitObservers where observer.position == .max {
+                state.commitObservers[id]?.position = sequence
+            }
+            for (prefix, observers) in state.prefixes {
+                for (id, observer) in observers where observer.position == .max {
+                    state.prefixes[prefix]?[id]?.position = sequence
+                }
+            }
             var calls: [Call] = []
             for (name, bytes) in values {
                 calls += Self.advance(&state.keys[name], to: bytes, at: sequence, after: sequence)
@@ -642,6 +654,9 @@ final class ObserverRegistry: Sendable {
         guard var all = observers else { return [] }
         var calls: [Call] = []
         for (id, observer) in all where observer.position <= limit && !observer.awaitsReplay {
+            // Without a start (its read failed), the comparison places an observer, not a
+            // record: the records after its position may be older than its registration.
+            if case .unknown = observer.baseline, limit < sequence { continue }
             var moved = observer
             moved.baseline = .known(bytes)
             moved.position = sequence
