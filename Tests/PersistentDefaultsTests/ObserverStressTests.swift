@@ -95,4 +95,43 @@ import Testing
             withExtendedLifetime(tokens) {}
         }
     }
+
+    /// A delivery that could not read the log (a full reader table) was left for the next
+    /// commit: with none coming, the change committed while a callback ran was never delivered
+    /// (0 of 1 within 3 s, in every run), not even by the watcher's fallback check, which only
+    /// looked for other processes' commits.
+    @Test func aDeliveryThatCouldNotReadTheLogIsRetriedWithoutAnotherCommit() throws {
+        var options = PersistentDefaults.Options()
+        options.maxReaders = 4
+        options.fallbackCheckInterval = .milliseconds(20)
+        try withTemporaryStore(options: options) { store, _, log throws in
+            let entered = DispatchSemaphore(value: 0)
+            let gate = DispatchSemaphore(value: 0)
+            let changes = Events<KeyChange<Int>>()
+            let token = store.observe(Self.counter) { change in
+                if change.newValue == 1 {
+                    entered.signal()
+                    _ = gate.wait(timeout: .now() + 10)
+                }
+                changes.append(change)
+            }
+            defer { token.cancel() }
+            // A thread delivers 1 and waits in the callback; 2 is left for it to deliver next.
+            let firstSet = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                store[Self.counter] = 1
+                firstSet.signal()
+            }
+            #expect(entered.wait(timeout: .now() + 10) == .success)
+            try store.set(2, for: Self.counter)
+            // It reads 2 from the log while every reader slot is taken: the read fails.
+            let release = Self.fillReaderTable(of: store, slots: 4)
+            gate.signal()
+            #expect(firstSet.wait(timeout: .now() + 10) == .success)
+            release()
+            #expect(log.all.contains { $0.code == .readersFull }, "\(log.all)")
+            #expect(changes.wait(forCount: 2, timeout: 3), "\(changes.all.map(\.newValue))")
+            #expect(changes.all.map(\.newValue) == [1, 2])
+        }
+    }
 }

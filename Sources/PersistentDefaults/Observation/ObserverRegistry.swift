@@ -443,9 +443,11 @@ final class ObserverRegistry: Sendable {
         }
     }
 
-    /// Whether records wait to be read again for key observers that start before them, or from
-    /// where a thread inside `read { }` left its delivery (see `deliver`).
-    var hasReplay: Bool { state.withLock { $0.replayFrom != nil } }
+    /// Whether delivery work waits with no thread on it: records to be read again for key
+    /// observers that start before them, or from where a thread inside `read { }` left its
+    /// delivery, or the work of a delivery whose read failed (see `deliver`), which otherwise
+    /// waited for the next commit, if any came.
+    var hasWaitingWork: Bool { state.withLock { $0.replayFrom != nil || (!$0.isDelivering && $0.hasWork) } }
 
     /// Called after a local commit: delivers `record` and anything before it not yet delivered.
     func didCommit(_ record: CommitRecord, core: StoreCore) {
