@@ -409,8 +409,11 @@ final class ObserverRegistry: Sendable {
     /// How many close actions (`onClose`) are registered; for tests and diagnostics.
     var closeActionCount: Int { state.withLock { $0.closeActions.count } }
 
-    /// The names (UTF-8 bytes) of the keys that have observers.
-    private var observedKeys: [[UInt8]] { state.withLock { Array($0.keys.keys) } }
+    /// The names (UTF-8 bytes) of the keys that have observers, and the newest observer ID
+    /// given out: every observer with an ID up to it was registered before a snapshot taken now.
+    private var observedKeys: (names: [[UInt8]], lastID: UInt64) {
+        state.withLock { (Array($0.keys.keys), $0.nextID) }
+    }
 
     // MARK: Delivery
 
@@ -552,7 +555,7 @@ final class ObserverRegistry: Sendable {
     /// Reads, in one snapshot, every record after `from` and, when some are missing or
     /// `compare` asks, the observed keys' values; delivers the records, then the differences.
     private func deliverFromStore(after from: UInt64, compare: Bool, core: StoreCore) throws {
-        let names = observedKeys
+        let (names, lastID) = observedKeys
         logReads.add(1, ordering: .relaxed)
         let batch = try core.environment.withRead { transaction in
             // The snapshot of an enclosing `read { }` is older than what delivery has passed.
@@ -566,7 +569,7 @@ final class ObserverRegistry: Sendable {
         for damaged in batch.log.damaged { core.reporter.reportOnce(damaged) }
         for record in batch.log.records { dispatch(record) }
         if let values = batch.values {
-            self.compare(zip(names, values), at: batch.log.newest)
+            self.compare(zip(names, values), at: batch.log.newest, placingThrough: lastID)
         }
         finish(through: batch.log.newest)
     }
@@ -612,23 +615,28 @@ final class ObserverRegistry: Sendable {
     }
 
     /// Compares each observed key's observers with the store's bytes as of `sequence`.
-    private func compare(_ values: some Sequence<([UInt8], [UInt8]?)>, at sequence: UInt64) {
+    /// Observers whose start could not be read start here if registered before the snapshot
+    /// (IDs up to `lastID`); a later one waits for the comparison its registration asked for.
+    private func compare(
+        _ values: some Sequence<([UInt8], [UInt8]?)>, at sequence: UInt64, placingThrough lastID: UInt64
+    ) {
         let calls = state.withLock { state -> [Call] in
             state.dispatched = max(state.dispatched, sequence)
             // Commit and prefix observers whose start could not be read start here: the
             // registry's position they would otherwise take stays behind while nobody observes,
             // and they got the records of commits made before their registration.
-            for (id, observer) in state.commitObservers where observer.position == .max {
+            for (id, observer) in state.commitObservers where observer.position == .max && id <= lastID {
                 state.commitObservers[id]?.position = sequence
             }
             for (prefix, observers) in state.prefixes {
-                for (id, observer) in observers where observer.position == .max {
+                for (id, observer) in observers where observer.position == .max && id <= lastID {
                     state.prefixes[prefix]?[id]?.position = sequence
                 }
             }
             var calls: [Call] = []
             for (name, bytes) in values {
-                calls += Self.advance(&state.keys[name], to: bytes, at: sequence, after: sequence)
+                calls += Self.advance(
+                    &state.keys[name], to: bytes, at: sequence, after: sequence, placingThrough: lastID)
             }
             return calls
         }
@@ -649,16 +657,19 @@ final class ObserverRegistry: Sendable {
     }
 
     /// Moves a key's observers positioned at or before `limit` to `bytes` at `sequence`;
-    /// returns the calls to make for those to which that is a change.
+    /// returns the calls to make for those to which that is a change. Observers without a
+    /// start take `bytes` as their baseline only with an ID up to `placingThrough`.
     private static func advance(
-        _ observers: inout [UInt64: KeyObserver]?, to bytes: [UInt8]?, at sequence: UInt64, after limit: UInt64
+        _ observers: inout [UInt64: KeyObserver]?, to bytes: [UInt8]?, at sequence: UInt64, after limit: UInt64,
+        placingThrough lastID: UInt64 = 0
     ) -> [Call] {
         guard var all = observers else { return [] }
         var calls: [Call] = []
         for (id, observer) in all where observer.position <= limit && !observer.awaitsReplay {
-            // Without a start (its read failed), the comparison places an observer, not a
-            // record: the records after its position may be older than its registration.
-            if case .unknown = observer.baseline, limit < sequence { continue }
+            // Without a start (its read failed), a comparison whose snapshot follows the
+            // registration places an observer, never a record (0 from `dispatch`): records after
+            // its position, and an earlier snapshot, may be older than its registration.
+            if case .unknown = observer.baseline, id > lastID { continue }
             var moved = observer
             moved.baseline = .known(bytes)
             moved.position = sequence
