@@ -25,11 +25,22 @@ extension PersistentDefaults {
     public func observe<Value>(
         _ key: Key<Value>, queue: DispatchQueue? = nil, _ handler: @escaping @Sendable (KeyChange<Value>) -> Void
     ) -> ObservationToken {
-        observe(
-            key, registered: nil,
-            deliver: { change in
-                if let queue { queue.async { handler(change) } } else { handler(change) }
-            })
+        let activity = ObserverRegistry.Activity()
+        return core.observe(
+            key, activity: activity, registered: nil, deliver: Self.calling(handler, on: queue, while: activity))
+    }
+
+    /// `handler` itself, or with `queue`, a function that dispatches it there asynchronously. A
+    /// queued call runs only while `activity` (the token's) is active: a slow or blocked queue
+    /// otherwise ran every change queued before `cancel()` after it had returned.
+    private static func calling<Value: Sendable>(
+        _ handler: @escaping @Sendable (Value) -> Void, on queue: DispatchQueue?,
+        while activity: ObserverRegistry.Activity
+    ) -> @Sendable (Value) -> Void {
+        guard let queue else { return handler }
+        return { value in
+            queue.async { if activity.isActive.load(ordering: .acquiring) { handler(value) } }
+        }
     }
 
     /// Observes a key type's value; see ``observe(_:queue:_:)-(Key<Value>,_,_)``.
@@ -52,9 +63,9 @@ extension PersistentDefaults {
     public func observeCommits(
         queue: DispatchQueue? = nil, _ handler: @escaping @Sendable (CommitRecord) -> Void
     ) -> ObservationToken {
-        core.observers.addCommitObserver(core: core) { record in
-            if let queue { queue.async { handler(record) } } else { handler(record) }
-        }
+        let activity = ObserverRegistry.Activity()
+        return core.observers.addCommitObserver(
+            core: core, activity: activity, handler: Self.calling(handler, on: queue, while: activity))
     }
 
     /// Calls `handler` once per committed transaction that changed at least one key whose name
@@ -83,9 +94,9 @@ extension PersistentDefaults {
                     prefix, reason: "a prefix of \(bytes.count) bytes is longer than any key can be"))
             return ObservationToken {}
         }
-        return core.observers.addPrefixObserver(prefix: bytes, core: core) { record in
-            if let queue { queue.async { handler(record) } } else { handler(record) }
-        }
+        let activity = ObserverRegistry.Activity()
+        return core.observers.addPrefixObserver(
+            prefix: bytes, core: core, activity: activity, handler: Self.calling(handler, on: queue, while: activity))
     }
 
     /// The records of ``observe(prefix:queue:_:)`` as an `AsyncSequence`; loses no record.
@@ -229,7 +240,8 @@ extension StoreCore {
 
     /// Registers a key observer that gets decoded changes; see `PersistentDefaults.observe`.
     func observe<Value>(
-        _ key: PersistentDefaults.Key<Value>, registered: ((Value) -> Void)?,
+        _ key: PersistentDefaults.Key<Value>, activity: ObserverRegistry.Activity = .init(),
+        registered: ((Value) -> Void)?,
         deliver: @escaping @Sendable (KeyChange<Value>) -> Void
     ) -> ObservationToken {
         guard isObservable(key) else {
@@ -251,7 +263,7 @@ extension StoreCore {
         // The start bytes are only copied under the registry lock; decoding them runs after it.
         var start: [UInt8]?
         let token = observers.addKeyObserver(
-            name: key.nameBytes, core: self,
+            name: key.nameBytes, core: self, activity: activity,
             handler: { old, new, sequence in
                 guard let newValue = decode(new) else { return }
                 let change = KeyChange(

@@ -102,8 +102,9 @@ final class ExternalWatcher: @unchecked Sendable {
         let latest = core.environment.info().lastTransactionID
         guard latest != lastTransaction else {
             // A key observer registered inside `read { }` that waits for records to be read
-            // again (see `ObserverRegistry.register`); its registration woke this thread.
-            if core.observers.hasReplay { core.observers.deliver(upTo: lastSequence, core: core) }
+            // again (see `ObserverRegistry.register`; its registration woke this thread), or a
+            // delivery whose read failed: retried here, at the latest after the fallback interval.
+            if core.observers.hasWaitingWork { core.observers.deliver(upTo: lastSequence, core: core) }
             return true
         }
         do {
@@ -126,7 +127,9 @@ final class ExternalWatcher: @unchecked Sendable {
             // Other processes' logged commits that the wake-up channel shows to be of no
             // interest here are passed without reading the log: an idle observer of a busy
             // store then reads no records, and holds no snapshot while reading them.
-            if unaccounted != 0 || (foreign != 0 && !core.observers.pass(through: sequence, core: core)) {
+            if unaccounted != 0 || (foreign != 0 && !core.observers.pass(through: sequence, core: core))
+                || core.observers.hasWaitingWork
+            {
                 core.observers.deliver(upTo: sequence, compare: unaccounted != 0, core: core)
             }
             return transaction >= latest

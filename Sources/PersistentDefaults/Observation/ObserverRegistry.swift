@@ -46,8 +46,9 @@ final class ObserverRegistry: Sendable {
     }
 
     private struct CommitObserver {
-        /// Only records after this sequence are delivered.
-        let position: UInt64
+        /// Only records after this sequence are delivered; `.max` until the next comparison when
+        /// the observer's start could not be read (see `compare`).
+        var position: UInt64
         let activity: Activity
         let handler: @Sendable (CommitRecord) -> Void
     }
@@ -188,12 +189,12 @@ final class ObserverRegistry: Sendable {
     /// Adds an observer of the key whose name has `name`'s bytes. `registered` gets the key's
     /// stored bytes at the observer's start (nil when not stored or unreadable), under the
     /// registry lock, before any delivery can reach the new observer: it must not block.
+    /// `activity` is the token's: a caller that defers callbacks (`queue:`) checks it again.
     func addKeyObserver(
-        name: [UInt8], core: StoreCore,
+        name: [UInt8], core: StoreCore, activity: Activity = Activity(),
         handler: @escaping @Sendable ([UInt8]?, [UInt8]?, UInt64) -> Void,
         registered: ([UInt8]?) -> Void = { _ in }
     ) -> ObservationToken {
-        let activity = Activity()
         let bit = WakeChannel.bit(forKeyNamed: name)
         let id = register(core: core, readingKey: name, wakingOn: bit) {
             state, id, start in
@@ -220,11 +221,12 @@ final class ObserverRegistry: Sendable {
     }
 
     /// Adds an observer of whole commit records, starting after the newest commit.
-    func addCommitObserver(core: StoreCore, handler: @escaping @Sendable (CommitRecord) -> Void) -> ObservationToken {
-        let activity = Activity()
+    func addCommitObserver(
+        core: StoreCore, activity: Activity = Activity(), handler: @escaping @Sendable (CommitRecord) -> Void
+    ) -> ObservationToken {
         let id = register(core: core, readingKey: nil, wakingOn: WakeChannel.everyCommit) { state, id, start in
             state.commitObservers[id] = CommitObserver(
-                position: start?.sequence ?? state.dispatched, activity: activity, handler: handler)
+                position: start?.sequence ?? .max, activity: activity, handler: handler)
         }
         return ObservationToken { [weak self] in
             activity.isActive.store(false, ordering: .releasing)
@@ -235,12 +237,12 @@ final class ObserverRegistry: Sendable {
     /// Adds an observer of the changes to keys whose names start with `prefix` (UTF-8 bytes):
     /// one call per commit that changed at least one of them, with a record holding only those.
     func addPrefixObserver(
-        prefix: [UInt8], core: StoreCore, handler: @escaping @Sendable (CommitRecord) -> Void
+        prefix: [UInt8], core: StoreCore, activity: Activity = Activity(),
+        handler: @escaping @Sendable (CommitRecord) -> Void
     ) -> ObservationToken {
-        let activity = Activity()
         let id = register(core: core, readingKey: nil, wakingOn: WakeChannel.everyCommit) { state, id, start in
             state.insert(
-                CommitObserver(position: start?.sequence ?? state.dispatched, activity: activity, handler: handler),
+                CommitObserver(position: start?.sequence ?? .max, activity: activity, handler: handler),
                 id: id, prefix: prefix)
         }
         return ObservationToken { [weak self] in
@@ -259,9 +261,9 @@ final class ObserverRegistry: Sendable {
     }
 
     /// Reads a snapshot and inserts the observer at it, once no delivery has passed it; reads
-    /// again otherwise. A failed read is reported and the observer starts at the registry's
-    /// position with an unknown baseline, set by a comparison with the store at the next
-    /// delivery (it never replays old history).
+    /// again otherwise. A failed read is reported and the observer starts at the comparison
+    /// with the store that the next delivery makes, a key observer with an unknown baseline that
+    /// it sets (it never replays old history).
     ///
     /// Inside `read { }`, after another process grew the map, the read is answered from that
     /// scope's snapshot, which reading again would not move. A key observer then starts at that
@@ -407,8 +409,11 @@ final class ObserverRegistry: Sendable {
     /// How many close actions (`onClose`) are registered; for tests and diagnostics.
     var closeActionCount: Int { state.withLock { $0.closeActions.count } }
 
-    /// The names (UTF-8 bytes) of the keys that have observers.
-    private var observedKeys: [[UInt8]] { state.withLock { Array($0.keys.keys) } }
+    /// The names (UTF-8 bytes) of the keys that have observers, and the newest observer ID
+    /// given out: every observer with an ID up to it was registered before a snapshot taken now.
+    private var observedKeys: (names: [[UInt8]], lastID: UInt64) {
+        state.withLock { (Array($0.keys.keys), $0.nextID) }
+    }
 
     // MARK: Delivery
 
@@ -441,9 +446,11 @@ final class ObserverRegistry: Sendable {
         }
     }
 
-    /// Whether records wait to be read again for key observers that start before them, or from
-    /// where a thread inside `read { }` left its delivery (see `deliver`).
-    var hasReplay: Bool { state.withLock { $0.replayFrom != nil } }
+    /// Whether delivery work waits with no thread on it: records to be read again for key
+    /// observers that start before them, or from where a thread inside `read { }` left its
+    /// delivery, or the work of a delivery whose read failed (see `deliver`), which otherwise
+    /// waited for the next commit, if any came.
+    var hasWaitingWork: Bool { state.withLock { $0.replayFrom != nil || (!$0.isDelivering && $0.hasWork) } }
 
     /// Called after a local commit: delivers `record` and anything before it not yet delivered.
     func didCommit(_ record: CommitRecord, core: StoreCore) {
@@ -548,7 +555,7 @@ final class ObserverRegistry: Sendable {
     /// Reads, in one snapshot, every record after `from` and, when some are missing or
     /// `compare` asks, the observed keys' values; delivers the records, then the differences.
     private func deliverFromStore(after from: UInt64, compare: Bool, core: StoreCore) throws {
-        let names = observedKeys
+        let (names, lastID) = observedKeys
         logReads.add(1, ordering: .relaxed)
         let batch = try core.environment.withRead { transaction in
             // The snapshot of an enclosing `read { }` is older than what delivery has passed.
@@ -562,7 +569,7 @@ final class ObserverRegistry: Sendable {
         for damaged in batch.log.damaged { core.reporter.reportOnce(damaged) }
         for record in batch.log.records { dispatch(record) }
         if let values = batch.values {
-            self.compare(zip(names, values), at: batch.log.newest)
+            self.compare(zip(names, values), at: batch.log.newest, placingThrough: lastID)
         }
         finish(through: batch.log.newest)
     }
@@ -608,12 +615,28 @@ final class ObserverRegistry: Sendable {
     }
 
     /// Compares each observed key's observers with the store's bytes as of `sequence`.
-    private func compare(_ values: some Sequence<([UInt8], [UInt8]?)>, at sequence: UInt64) {
+    /// Observers whose start could not be read start here if registered before the snapshot
+    /// (IDs up to `lastID`); a later one waits for the comparison its registration asked for.
+    private func compare(
+        _ values: some Sequence<([UInt8], [UInt8]?)>, at sequence: UInt64, placingThrough lastID: UInt64
+    ) {
         let calls = state.withLock { state -> [Call] in
             state.dispatched = max(state.dispatched, sequence)
+            // Commit and prefix observers whose start could not be read start here: the
+            // registry's position they would otherwise take stays behind while nobody observes,
+            // and they got the records of commits made before their registration.
+            for (id, observer) in state.commitObservers where observer.position == .max && id <= lastID {
+                state.commitObservers[id]?.position = sequence
+            }
+            for (prefix, observers) in state.prefixes {
+                for (id, observer) in observers where observer.position == .max && id <= lastID {
+                    state.prefixes[prefix]?[id]?.position = sequence
+                }
+            }
             var calls: [Call] = []
             for (name, bytes) in values {
-                calls += Self.advance(&state.keys[name], to: bytes, at: sequence, after: sequence)
+                calls += Self.advance(
+                    &state.keys[name], to: bytes, at: sequence, after: sequence, placingThrough: lastID)
             }
             return calls
         }
@@ -634,13 +657,19 @@ final class ObserverRegistry: Sendable {
     }
 
     /// Moves a key's observers positioned at or before `limit` to `bytes` at `sequence`;
-    /// returns the calls to make for those to which that is a change.
+    /// returns the calls to make for those to which that is a change. Observers without a
+    /// start take `bytes` as their baseline only with an ID up to `placingThrough`.
     private static func advance(
-        _ observers: inout [UInt64: KeyObserver]?, to bytes: [UInt8]?, at sequence: UInt64, after limit: UInt64
+        _ observers: inout [UInt64: KeyObserver]?, to bytes: [UInt8]?, at sequence: UInt64, after limit: UInt64,
+        placingThrough lastID: UInt64 = 0
     ) -> [Call] {
         guard var all = observers else { return [] }
         var calls: [Call] = []
         for (id, observer) in all where observer.position <= limit && !observer.awaitsReplay {
+            // Without a start (its read failed), a comparison whose snapshot follows the
+            // registration places an observer, never a record (0 from `dispatch`): records after
+            // its position, and an earlier snapshot, may be older than its registration.
+            if case .unknown = observer.baseline, id > lastID { continue }
             var moved = observer
             moved.baseline = .known(bytes)
             moved.position = sequence
