@@ -114,7 +114,7 @@ extension PersistentDefaults {
         /// (the library decodes its own in place; a class's instances, or optionals of them, are
         /// not shared between readers); only encodings of at most ``rememberedLimit`` bytes are
         /// kept.
-        @usableFromInline let lastKnown: Locked<(bytes: [UInt8], value: Value)?>?
+        let lastKnown: Locked<(bytes: [UInt8], value: Value)?>?
         /// The largest encoding ``lastKnown`` keeps: a larger one would double the memory its
         /// value takes, for the life of the key.
         static var rememberedLimit: Int { 4_096 }
@@ -149,19 +149,34 @@ extension PersistentDefaults {
 
         /// The value ``lastKnown`` holds for exactly `bytes`, if it does.
         @usableFromInline
-        func knownValue(of bytes: UnsafeRawBufferPointer, in known: (bytes: [UInt8], value: Value)?) -> Value? {
-            guard let known, known.bytes.count == bytes.count else { return nil }
-            let same = known.bytes.withUnsafeBytes { own in
-                bytes.isEmpty || memcmp(own.baseAddress!, bytes.baseAddress!, bytes.count) == 0
+        func knownValue(of bytes: UnsafeRawBufferPointer) -> Value? {
+            lastKnown?.withLock { known in
+                guard let known, known.bytes.count == bytes.count else { return nil }
+                let same = known.bytes.withUnsafeBytes { own in
+                    bytes.isEmpty || memcmp(own.baseAddress!, bytes.baseAddress!, bytes.count) == 0
+                }
+                return same ? known.value : nil
             }
-            return same ? known.value : nil
+        }
+
+        /// Decodes `bytes`, a copy made after the read, and remembers the value (see ``lastKnown``).
+        @usableFromInline
+        func decodeRemembering(_ bytes: [UInt8]) throws -> Value {
+            let value = try bytes.withUnsafeBytes { try decode($0) }
+            remember(bytes, encoding: value)
+            return value
         }
 
         /// Remembers that `bytes` encode `value` (see ``lastKnown``).
-        @usableFromInline
         func remember(_ bytes: [UInt8], encoding value: Value) {
             guard let lastKnown, bytes.count <= Self.rememberedLimit else { return }
             lastKnown.withLock { $0 = (bytes, value) }
+        }
+
+        /// ``remember(_:encoding:)`` of bytes that are copied only when they are kept.
+        func remember(_ bytes: UnsafeRawBufferPointer, encoding value: Value) {
+            guard lastKnown != nil, bytes.count <= Self.rememberedLimit else { return }
+            remember(Array(bytes), encoding: value)
         }
 
         override func declaredForm() throws -> DeclaredForm {

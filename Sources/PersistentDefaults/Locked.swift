@@ -16,7 +16,6 @@
 ///
 /// `@unchecked Sendable`: `value` is read and written only inside `withLock`, between
 /// `pthread_mutex_lock` and `pthread_mutex_unlock`; `Value` is `Sendable`.
-@usableFromInline
 final class Locked<Value: Sendable>: @unchecked Sendable {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
     private var value: Value
@@ -34,7 +33,6 @@ final class Locked<Value: Sendable>: @unchecked Sendable {
 
     /// Runs `body` with the value, holding the lock; `body` must not run user code.
     @inline(__always)
-    @usableFromInline
     func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }

@@ -67,18 +67,15 @@ public final class PersistentDefaults: Sendable {
             // The type's decoding is the user's code, which may read or write the store (even
             // grow its map): it runs on a copy, after the read, holding nothing of the store.
             // The bytes this process last stored or read are not decoded again (see `lastKnown`).
-            let known = key.lastKnown?.withLock { $0 }
             var copy: [UInt8]?
             try core.readValue(of: key) { bytes in
                 guard let bytes else { return }
-                value = key.knownValue(of: bytes, in: known)
+                value = key.knownValue(of: bytes)
                 if value == nil { copy = Array(bytes) }
             }
             if let value { return value }
             guard let copy else { return key.defaultValue }
-            let decoded = try copy.withUnsafeBytes { try key.decode($0) }
-            key.remember(copy, encoding: decoded)
-            return decoded
+            return try key.decodeRemembering(copy)
         }
         try core.readValue(of: key) { bytes in
             if let bytes { value = try key.decode(bytes) } else { value = key.defaultValue }
@@ -213,7 +210,6 @@ public final class PersistentDefaults: Sendable {
     /// between this read and the write can only make an equal value's set a change.
     private func equalStoredForm<Value>(of value: Value, encoded: [UInt8], for key: Key<Value>) throws -> [UInt8]? {
         guard let isEqual = key.isEqual else { return nil }
-        let known = key.lastKnown?.withLock { $0 }
         var stored: [UInt8]?
         var held: Value?
         try core.readValue(of: key) { bytes in
@@ -223,15 +219,12 @@ public final class PersistentDefaults: Sendable {
                 WriteTransaction.mayEncodeEqualValuesDifferently(bytes.first)
                     || WriteTransaction.mayEncodeEqualValuesDifferently(encoded.first)
             else { return }
-            held = key.knownValue(of: bytes, in: known)
+            held = key.knownValue(of: bytes)
             stored = Array(bytes)
         }
-        guard let stored else { return nil }
-        if held == nil, let decoded = try? key.codec.decode(stored) {
-            held = decoded
-            key.remember(stored, encoding: decoded)
+        guard let stored, let held = held ?? (try? key.decodeRemembering(stored)), isEqual(held, value) else {
+            return nil
         }
-        guard let held, isEqual(held, value) else { return nil }
         return stored
     }
 

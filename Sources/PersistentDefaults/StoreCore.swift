@@ -275,11 +275,10 @@ final class StoreCore: Sendable {
         return try key.nameBytes.withUnsafeBytes { name in
             try transaction.withValue(databases.values, name) { bytes in
                 guard let bytes else { return key.defaultValue }
-                guard let lastKnown = key.lastKnown else { return try key.decode(bytes) }
                 // Bytes this process last stored or read are not decoded again (see `lastKnown`).
-                if let known = key.knownValue(of: bytes, in: lastKnown.withLock({ $0 })) { return known }
+                if let known = key.knownValue(of: bytes) { return known }
                 let value = try key.decode(bytes)
-                key.remember(Array(bytes), encoding: value)
+                key.remember(bytes, encoding: value)
                 return value
             }
         }

@@ -435,10 +435,9 @@ public final class WriteTransaction: StoreView {
                 let bytes = values.copy(of: held)
             else { return nil }
             // Bytes this process last stored or read are compared as the value they encode.
-            let known = key.lastKnown.flatMap { lastKnown in
-                bytes.withUnsafeBytes { key.knownValue(of: $0, in: lastKnown.withLock { $0 }) }
+            if let known = bytes.withUnsafeBytes({ key.knownValue(of: $0) }) {
+                return isEqual(known, value) ? bytes : nil
             }
-            if let known { return isEqual(known, value) ? bytes : nil }
             return Self.decodes(bytes, toEqualOf: value, with: key.codec, isEqual: isEqual) ? bytes : nil
         }
         // Held bytes equal to `encoded` are kept as `encoded`: the same bytes, no copy.
