@@ -105,20 +105,10 @@ extension PersistentDefaults {
     /// `/dev/shm` (memory): its directory goes when the process exits normally, as nothing
     /// written there is ever read again (each process makes a new one).
     private static func temporaryStandIn(options: Options) -> PersistentDefaults {
-        var options = options
-        options.readOnly = false
-        options.createIfMissing = true
         var failures: [String] = []
         for base in [FileManager.default.temporaryDirectory.path, "/dev/shm"] {
             do {
-                let path = try TemporaryStores.makeDirectory(
-                    in: base, prefix: "PersistentDefaults-standard-\(getpid())-")
-                do {
-                    return try PersistentDefaults(path: path, options: options, temporary: true)
-                } catch {
-                    TemporaryStores.remove(path)
-                    throw error
-                }
+                return try temporary(in: base, prefix: "PersistentDefaults-standard-\(getpid())-", options: options)
             } catch {
                 failures.append("\(error)")
             }

@@ -36,8 +36,17 @@ extension PersistentDefaults {
                 path: FileManager.default.temporaryDirectory.path,
                 reason: "a temporary store starts empty, so it cannot be opened read-only")
         }
-        let path = try TemporaryStores.makeDirectory()
+        return try temporary(in: FileManager.default.temporaryDirectory.path, options: options)
+    }
+
+    /// A new writable store in a new directory (`prefix` and six random characters) in `base`,
+    /// removed when it closes or at a normal exit; nothing is left behind when the open fails.
+    static func temporary(
+        in base: String, prefix: String = "PersistentDefaults-temporary-", options: Options
+    ) throws -> PersistentDefaults {
+        let path = try TemporaryStores.makeDirectory(in: base, prefix: prefix)
         var options = options
+        options.readOnly = false
         options.createIfMissing = true
         do {
             return try PersistentDefaults(path: path, options: options, temporary: true)
@@ -63,9 +72,7 @@ enum TemporaryStores {
 
     /// Makes a fresh private directory (mode 0700) named `prefix` and six random characters in
     /// `base` and returns its canonical path; it is removed when its store closes or at exit.
-    static func makeDirectory(
-        in base: String = FileManager.default.temporaryDirectory.path, prefix: String = "PersistentDefaults-temporary-"
-    ) throws(PersistentDefaultsError) -> String {
+    static func makeDirectory(in base: String, prefix: String) throws(PersistentDefaultsError) -> String {
         var template = Array((base + "/" + prefix + "XXXXXX").utf8CString)
         let made = template.withUnsafeMutableBufferPointer { buffer in mkdtemp(buffer.baseAddress!) }
         guard let made else { throw .fileSystem(path: base, errno: errno, operation: "mkdtemp") }
