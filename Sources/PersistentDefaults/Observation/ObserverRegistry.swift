@@ -625,13 +625,9 @@ final class ObserverRegistry: Sendable {
             // Commit and prefix observers whose start could not be read start here: the
             // registry's position they would otherwise take stays behind while nobody observes,
             // and they got the records of commits made before their registration.
-            for (id, observer) in state.commitObservers where observer.position == .max && id <= lastID {
-                state.commitObservers[id]?.position = sequence
-            }
-            for (prefix, observers) in state.prefixes {
-                for (id, observer) in observers where observer.position == .max && id <= lastID {
-                    state.prefixes[prefix]?[id]?.position = sequence
-                }
+            Self.place(&state.commitObservers, at: sequence, through: lastID)
+            for prefix in Array(state.prefixes.keys) {
+                Self.place(&state.prefixes[prefix, default: [:]], at: sequence, through: lastID)
             }
             var calls: [Call] = []
             for (name, bytes) in values {
@@ -653,6 +649,17 @@ final class ObserverRegistry: Sendable {
         func run() {
             guard observer.activity.isActive.load(ordering: .acquiring) else { return }
             observer.handler(old, new, sequence)
+        }
+    }
+
+    /// Starts at `sequence` the commit or prefix observers whose start could not be read
+    /// (position `.max`) and that were registered before the comparison's snapshot (IDs up to
+    /// `lastID`).
+    private static func place(
+        _ observers: inout [UInt64: CommitObserver], at sequence: UInt64, through lastID: UInt64
+    ) {
+        for (id, observer) in observers where observer.position == .max && id <= lastID {
+            observers[id]?.position = sequence
         }
     }
 
