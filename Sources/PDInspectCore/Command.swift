@@ -39,6 +39,12 @@ public struct FollowOptions: Sendable, Equatable {
         self.maxEvents = maxEvents
         self.timeout = timeout
     }
+
+    /// When a follow that starts now stops by itself: `timeout` from now, bounded (a timeout
+    /// given through the API has not been checked by the parser); nil without a timeout.
+    func deadline() -> ContinuousClock.Instant? {
+        timeout.map { ContinuousClock.now + ParsedArguments.timeoutDuration(seconds: $0) }
+    }
 }
 
 extension FollowOptions {

@@ -57,7 +57,7 @@ struct LogVerb: VerbCommand {
             try printRecords(records, in: runner)
         }
         guard let follow, let follower, remaining > 0 else { return }
-        let deadline = follow.timeout.map { ContinuousClock.now + ParsedArguments.timeoutDuration(seconds: $0) }
+        let deadline = follow.deadline()
         try follower.follow(
             after: records.last?.sequence ?? since, until: deadline, stop: StopSignal()
         ) { batch in

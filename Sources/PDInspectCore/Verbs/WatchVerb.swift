@@ -39,7 +39,7 @@ struct WatchVerb: VerbCommand {
         // match the NFD form of an NFC name.
         let wanted = Set(keys.map { Array($0.utf8) })
         var remaining = follow.maxEvents ?? .max
-        let deadline = follow.timeout.map { ContinuousClock.now + ParsedArguments.timeoutDuration(seconds: $0) }
+        let deadline = follow.deadline()
         let start = try follow.since ?? store.lastSequence()
         let stop = StopSignal()
         if format == .human {
