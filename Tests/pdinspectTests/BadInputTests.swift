@@ -330,6 +330,32 @@ struct BadInputTests {
         ),
     ]
 
+    /// Two keys whose names are not UTF-8 (`bad` then 0xff, and 0xfe; another LMDB client wrote
+    /// them): `export` and `dump --json` wrote both as the repaired name "bad\u{FFFD}", one JSON
+    /// member, so one value was lost in silence (9 keys stored, 8 exported, exit 0) and `import`
+    /// stored the other under a third name.
+    @Test func namesThatAreNotUTF8AreNotTakenForTheirRepairedForm() throws {
+        let fixture = try TemporaryStore()
+        try rawLMDBPut(
+            fixture.path,
+            [0xff, 0xfe].map {
+                RawLMDBEntry(database: "values", key: Array("bad".utf8) + [$0], value: StoredValue.int(5).encodedValue)
+            })
+        let before = fixture.dataBytes
+        let file = fixture.scratch("export.json")
+        let export = try pdinspect("export", fixture.path, file)
+        #expect(export.status == 3, "\(export)")
+        #expect(export.isOneErrorLine, "\(export)")
+        #expect(export.stderr.contains("is not valid UTF-8"), "\(export)")
+        #expect(!FileManager.default.fileExists(atPath: file))
+        let dump = try pdinspect("dump", fixture.path, "--json")
+        #expect(dump.status == 0, "\(dump)")
+        let keys = try #require((try dump.json() as? [String: Any])?["keys"] as? [String: Any])
+        #expect(keys.count == 7, "\(dump)")
+        #expect(dump.stderr.split(separator: "\n").filter { $0.contains("is not valid UTF-8") }.count == 2, "\(dump)")
+        #expect(fixture.dataBytes == before)
+    }
+
     @Test func malformedImportChangesNothing() throws {
         let fixture = try TemporaryStore()
         let before = fixture.dataBytes
