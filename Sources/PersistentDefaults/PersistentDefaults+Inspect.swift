@@ -65,9 +65,9 @@ extension PersistentDefaults {
     }
 }
 
-extension Snapshot {
-    /// ``PersistentDefaults/storedEntries(prefix:)`` as this snapshot sees it: with the other
-    /// reads of the snapshot, one commit's state (`pdinspect describe`).
+extension StoreView {
+    /// ``PersistentDefaults/storedEntries(prefix:)`` as this snapshot or transaction sees it: with
+    /// its other reads, one commit's state (`pdinspect describe`, `import --replace`).
     package func storedEntries(prefix: String = "") throws -> [StoredEntry] {
         try core.storedEntries(prefix: prefix, in: try live())
     }

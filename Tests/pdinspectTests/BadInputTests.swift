@@ -356,6 +356,27 @@ struct BadInputTests {
         #expect(fixture.dataBytes == before)
     }
 
+    /// `import --replace` into a store holding a key whose name is not UTF-8 (`bad` + 0xff):
+    /// the stale keys were found by their repaired names, so that key stayed while the output
+    /// counted it ("removed 8", exit 0; 7 were removed), against "also remove the keys that FILE
+    /// does not list". Such a store is refused now, as by `export`: exit 3, nothing changed.
+    @Test func importReplaceRefusesAStoreWithANameThatIsNotUTF8() throws {
+        let fixture = try TemporaryStore()
+        try rawLMDBPut(
+            fixture.path,
+            [RawLMDBEntry(database: "values", key: Array("bad".utf8) + [0xff], value: StoredValue.int(5).encodedValue)])
+        let file = fixture.scratch("import.json")
+        try Data(#"{"format":"pdinspect-export","version":1,"keys":{"n":{"type":"int","value":1}}}"#.utf8)
+            .write(to: URL(fileURLWithPath: file))
+        let before = fixture.dataBytes
+        let outcome = try pdinspect("import", fixture.path, file, "--replace")
+        #expect(outcome.status == 3, "\(outcome)")
+        #expect(outcome.isOneErrorLine, "\(outcome)")
+        #expect(outcome.stderr.contains("not valid UTF-8"), "\(outcome)")
+        #expect(fixture.dataBytes == before)
+        #expect(try fixture.open().storedEntries().count == 8)
+    }
+
     @Test func malformedImportChangesNothing() throws {
         let fixture = try TemporaryStore()
         let before = fixture.dataBytes
