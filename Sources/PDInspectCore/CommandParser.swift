@@ -21,9 +21,23 @@ public enum CommandParser {
             return .help(try verb(named: name))
         default:
             let verb = try verb(named: first)
-            if rest.contains(where: { $0 == "--help" || $0 == "-h" }) { return .help(verb) }
+            if asksForHelp(rest, for: verb) { return .help(verb) }
             return Command(try verb.command.parse(ParsedArguments(rest, for: verb)))
         }
+    }
+
+    /// Whether `--help` or `-h` is among `arguments` as an option: not after `--` and not the
+    /// value of an option (`get db -- -h` reads the key `-h`, `keys db --prefix -h` lists keys).
+    private static func asksForHelp(_ arguments: [String], for verb: Verb) -> Bool {
+        var index = 0
+        while index < arguments.count {
+            let argument = arguments[index]
+            index += 1
+            if argument == "--" { return false }
+            if argument == "--help" || argument == "-h" { return true }
+            if verb.options.contains(where: { $0.name == argument && $0.value != nil }) { index += 1 }
+        }
+        return false
     }
 
     private static func verb(named name: String) throws(UsageError) -> Verb {

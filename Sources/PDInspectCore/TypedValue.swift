@@ -110,10 +110,15 @@ extension ExportDocument {
         /// bytes differ (NFC "café" and NFD "cafe\u{301}"): two keys, which one JSON object of an
         /// export file cannot keep apart once read back.
         case sameString(as: String)
+        /// The stored name is not valid UTF-8: the entry's name is its repaired form, another
+        /// key's name, and JSON cannot hold the stored bytes.
+        case nameNotUTF8
 
         var description: String {
             switch self {
             case .undecodable(let error): "\(error)"
+            case .nameNotUTF8:
+                "its stored name is not valid UTF-8 (shown repaired with U+FFFD, which is another key's name)"
             case .sameString(let other):
                 "its name and the name \"\(other)\" (UTF-8 "
                     + other.utf8.map { String($0, radix: 16) }.joined(separator: " ")
@@ -128,6 +133,10 @@ extension ExportDocument {
     init(_ entries: [StoredEntry], leaveOut: (StoredEntry, LeftOut) throws -> Void) rethrows {
         var keys: [String: TypedValue] = [:]
         for entry in entries {
+            guard entry.nameIsUTF8 else {
+                try leaveOut(entry, .nameNotUTF8)
+                continue
+            }
             switch entry.decoded {
             case .success(let value):
                 if let index = keys.index(forKey: entry.name), !keys[index].key.utf8.elementsEqual(entry.name.utf8) {

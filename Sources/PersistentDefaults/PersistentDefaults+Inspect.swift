@@ -12,11 +12,23 @@ public struct StoredEntry: Sendable, Equatable {
     public let name: String
     /// The stored bytes: the type tag, then the payload.
     public let encodedValue: [UInt8]
+    /// Whether the stored name is valid UTF-8, so that ``name`` is its bytes; when it is not,
+    /// ``name`` is the repaired form, which is another key's name.
+    package let nameIsUTF8: Bool
 
     /// Creates an entry.
     public init(name: String, encodedValue: [UInt8]) {
         self.name = name
         self.encodedValue = encodedValue
+        nameIsUTF8 = true
+    }
+
+    /// An entry of the key whose name is `nameBytes`, as stored.
+    init(nameBytes: UnsafeRawBufferPointer, encodedValue: [UInt8]) {
+        let valid = String(validating: nameBytes, as: UTF8.self)
+        name = valid ?? String(decoding: nameBytes, as: UTF8.self)
+        self.encodedValue = encodedValue
+        nameIsUTF8 = valid != nil
     }
 
     /// Whether both entries have the same name, compared by its UTF-8 bytes (a key name is its
@@ -53,9 +65,9 @@ extension PersistentDefaults {
     }
 }
 
-extension Snapshot {
-    /// ``PersistentDefaults/storedEntries(prefix:)`` as this snapshot sees it: with the other
-    /// reads of the snapshot, one commit's state (`pdinspect describe`).
+extension StoreView {
+    /// ``PersistentDefaults/storedEntries(prefix:)`` as this snapshot or transaction sees it: with
+    /// its other reads, one commit's state (`pdinspect describe`, `import --replace`).
     package func storedEntries(prefix: String = "") throws -> [StoredEntry] {
         try core.storedEntries(prefix: prefix, in: try live())
     }
@@ -69,7 +81,7 @@ extension StoreCore {
         func visit(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Bool {
             guard key.starts(with: prefixBytes) else { return false }
             // Bytes are copied here: they are valid only until the transaction ends.
-            entries.append(StoredEntry(name: String(decoding: key, as: UTF8.self), encodedValue: Array(value)))
+            entries.append(StoredEntry(nameBytes: key, encodedValue: Array(value)))
             return true
         }
         if prefixBytes.isEmpty {

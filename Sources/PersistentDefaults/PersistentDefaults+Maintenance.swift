@@ -83,13 +83,23 @@ extension PersistentDefaults {
     }
 
     /// Checks the whole store: every value decodes (as its key's declared type, for a declared
-    /// key), every declaration and log record decodes, the log's sequence numbers have no gaps,
+    /// key; a `json` value's text is JSON), every declaration and log record decodes, the log's sequence numbers have no gaps,
     /// each key's newest logged change matches the data, and every page of the file is a meta
     /// page, a page of a database or on LMDB's free-page list, once (a free list that names a
     /// page in use is what a power cut of a `.bounded` store can leave; only a writer reads it).
     /// Returns one line per problem; an empty array means the store is consistent.
     public func verify() throws -> [String] {
         try verifyContents() + (try core.pageAccountingProblem().map { [$0] } ?? [])
+    }
+
+    /// `value`, for ``verify()``, when it decodes: a `json` value must also be JSON, which
+    /// decoding the tag and text alone does not check (the library writes only JSON; another
+    /// client may not, and no `Codable` read, `pdinspect export` or `dump` takes it then).
+    private static func checked(_ value: StoredValue) throws(StoredValueError) -> StoredValue {
+        if case .json(let text) = value, JSONValue.parse(text) == nil {
+            throw StoredValueError("json payload does not parse as JSON")
+        }
+        return value
     }
 
     private func verifyContents() throws -> [String] {
@@ -103,7 +113,7 @@ extension PersistentDefaults {
                     return true
                 }
                 do throws(StoredValueError) {
-                    _ = try StoredValue(encodedValue: value)
+                    _ = try Self.checked(try StoredValue(encodedValue: value))
                 } catch {
                     problems.append("value of \"\(name)\": \(error)")
                 }
@@ -116,8 +126,9 @@ extension PersistentDefaults {
                 case .failure(let error):
                     problems.append(error.description)
                 case .success(let declaration):
+                    // A value that does not decode is reported above.
                     guard let bytes = current[Array(declaration.name.utf8)],
-                        let value = try? StoredValue(encodedValue: bytes),  // Reported above when it does not decode.
+                        let value = try? Self.checked(try StoredValue(encodedValue: bytes)),
                         let mismatch = declaration.mismatch(of: value)
                     else { return }
                     problems.append("value of \"\(declaration.name)\": \(mismatch)")

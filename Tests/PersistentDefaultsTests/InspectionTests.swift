@@ -114,6 +114,26 @@ struct InspectionTests {
         #expect(try StoredValue(encodedValue: encoded) == value)
     }
 
+    /// A `json` value whose text is not JSON (another client wrote it): `verify()` found no
+    /// problem (`pdinspect check`: "ok", exit 0), while `pdinspect keys` and `dump` list it as
+    /// `invalid` and `export` refuses it because it "does not decode". Declared as `json`, it is
+    /// one problem, not two.
+    @Test func verifyReportsAJSONValueWhoseTextIsNotJSON() throws {
+        try withTemporaryStore { store, _, _ throws in
+            try store.declare(.frame)
+            try store.setStoredValue(.json("{not json"), named: "loose")
+            try store.setStoredValue(.json("[1, 2"), named: "frame")
+            try store.setStoredValue(.json(" [1, {\"a\": null}] "), named: "fine")
+            let problems = try store.verify()
+            #expect(problems.count == 2, "\(problems)")
+            #expect(problems.contains { $0.hasPrefix("value of \"loose\": ") && $0.contains("JSON") }, "\(problems)")
+            #expect(problems.contains { $0.hasPrefix("value of \"frame\": ") && $0.contains("JSON") }, "\(problems)")
+            try store.remove(.frame)
+            try store.setStoredValue(.json("{}"), named: "loose")
+            #expect(try store.verify().isEmpty)
+        }
+    }
+
     @Test func anEncodedValueIsTheTagThenTheBigEndianPayload() throws {
         let encoded: [UInt8] = [0x02, 0, 0, 0, 0, 0, 0, 0x01, 0x2C]
         #expect(StoredValue.int(300).encodedValue == encoded)

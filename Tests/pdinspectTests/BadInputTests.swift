@@ -330,6 +330,53 @@ struct BadInputTests {
         ),
     ]
 
+    /// Two keys whose names are not UTF-8 (`bad` then 0xff, and 0xfe; another LMDB client wrote
+    /// them): `export` and `dump --json` wrote both as the repaired name "bad\u{FFFD}", one JSON
+    /// member, so one value was lost in silence (9 keys stored, 8 exported, exit 0) and `import`
+    /// stored the other under a third name.
+    @Test func namesThatAreNotUTF8AreNotTakenForTheirRepairedForm() throws {
+        let fixture = try TemporaryStore()
+        try rawLMDBPut(
+            fixture.path,
+            [0xff, 0xfe].map {
+                RawLMDBEntry(database: "values", key: Array("bad".utf8) + [$0], value: StoredValue.int(5).encodedValue)
+            })
+        let before = fixture.dataBytes
+        let file = fixture.scratch("export.json")
+        let export = try pdinspect("export", fixture.path, file)
+        #expect(export.status == 3, "\(export)")
+        #expect(export.isOneErrorLine, "\(export)")
+        #expect(export.stderr.contains("is not valid UTF-8"), "\(export)")
+        #expect(!FileManager.default.fileExists(atPath: file))
+        let dump = try pdinspect("dump", fixture.path, "--json")
+        #expect(dump.status == 0, "\(dump)")
+        let keys = try #require((try dump.json() as? [String: Any])?["keys"] as? [String: Any])
+        #expect(keys.count == 7, "\(dump)")
+        #expect(dump.stderr.split(separator: "\n").filter { $0.contains("is not valid UTF-8") }.count == 2, "\(dump)")
+        #expect(fixture.dataBytes == before)
+    }
+
+    /// `import --replace` into a store holding a key whose name is not UTF-8 (`bad` + 0xff):
+    /// the stale keys were found by their repaired names, so that key stayed while the output
+    /// counted it ("removed 8", exit 0; 7 were removed), against "also remove the keys that FILE
+    /// does not list". Such a store is refused now, as by `export`: exit 3, nothing changed.
+    @Test func importReplaceRefusesAStoreWithANameThatIsNotUTF8() throws {
+        let fixture = try TemporaryStore()
+        try rawLMDBPut(
+            fixture.path,
+            [RawLMDBEntry(database: "values", key: Array("bad".utf8) + [0xff], value: StoredValue.int(5).encodedValue)])
+        let file = fixture.scratch("import.json")
+        try Data(#"{"format":"pdinspect-export","version":1,"keys":{"n":{"type":"int","value":1}}}"#.utf8)
+            .write(to: URL(fileURLWithPath: file))
+        let before = fixture.dataBytes
+        let outcome = try pdinspect("import", fixture.path, file, "--replace")
+        #expect(outcome.status == 3, "\(outcome)")
+        #expect(outcome.isOneErrorLine, "\(outcome)")
+        #expect(outcome.stderr.contains("not valid UTF-8"), "\(outcome)")
+        #expect(fixture.dataBytes == before)
+        #expect(try fixture.open().storedEntries().count == 8)
+    }
+
     @Test func malformedImportChangesNothing() throws {
         let fixture = try TemporaryStore()
         let before = fixture.dataBytes

@@ -50,6 +50,13 @@ struct CommandParserTests {
         .init(arguments: ["get", "db", "k"], expected: .get(database: "db", key: "k", format: .human)),
         .init(arguments: ["get", "db", "k", "--json"], expected: .get(database: "db", key: "k", format: .json)),
         .init(arguments: ["get", "db", "--", "--odd"], expected: .get(database: "db", key: "--odd", format: .human)),
+        // After `--`, and as an option's value, `-h` and `--help` are arguments, not a request for help.
+        .init(arguments: ["get", "db", "--", "-h"], expected: .get(database: "db", key: "-h", format: .human)),
+        .init(
+            arguments: ["set", "db", "--type", "string", "--", "k", "--help"],
+            expected: .set(database: "db", key: "k", value: .string("--help"))),
+        .init(
+            arguments: ["keys", "db", "--prefix", "-h"], expected: .keys(database: "db", prefix: "-h", format: .human)),
         .init(
             arguments: ["set", "db", "n", "-5", "--type", "int"],
             expected: .set(database: "db", key: "n", value: .int(-5))),

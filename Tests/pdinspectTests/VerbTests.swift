@@ -127,6 +127,22 @@ struct VerbTests {
         #expect(again.stderr.contains("absent"))
     }
 
+    /// A key or value `-h` or `--help` after `--`: every verb printed its help and exited 0, so
+    /// `set` reported success and wrote nothing, and such a key could not be read or removed.
+    @Test func helpWordsAfterDoubleDashAreKeysAndValues() throws {
+        let fixture = try TemporaryStore()
+        let set = try pdinspect("set", fixture.path, "--type", "string", "--", "-h", "--help")
+        #expect(set.status == 0, "\(set)")
+        #expect(set.stdout.isEmpty, "\(set)")
+        #expect(try fixture.open().storedValue(named: "-h") == .string("--help"))
+        let get = try pdinspect("get", fixture.path, "--", "-h")
+        #expect(get.stdout == "--help\n", "\(get)")
+        let keys = try pdinspect("keys", fixture.path, "--prefix", "-h")
+        #expect(keys.stdout.hasPrefix("NAME"), "\(keys)")
+        #expect(try pdinspect("delete", fixture.path, "--", "-h").status == 0)
+        #expect(try fixture.open().storedValue(named: "-h") == nil)
+    }
+
     @Test func dumpShowsEveryKey() throws {
         let fixture = try TemporaryStore()
         let human = try pdinspect("dump", fixture.path)

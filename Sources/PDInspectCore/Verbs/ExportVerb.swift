@@ -35,7 +35,7 @@ struct ExportVerb: VerbCommand {
             case .undecodable(let error):
                 throw CommandFailure(
                     .unavailable, "cannot export: value of \"\(entry.name)\" does not decode: \(error)")
-            case .sameString:
+            case .sameString, .nameNotUTF8:
                 throw CommandFailure(.unavailable, "cannot export \"\(entry.name)\": \(reason)")
             }
         }

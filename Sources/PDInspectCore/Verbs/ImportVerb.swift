@@ -35,9 +35,18 @@ struct ImportVerb: VerbCommand {
                 try transaction.setStoredValue(value, named: name)
             }
             guard replace else { return 0 }
+            let entries = try transaction.storedEntries()
+            // A name that is not UTF-8 is known only repaired, another key's name: it can be
+            // neither compared with the document's names nor removed.
+            if let foreign = entries.first(where: { !$0.nameIsUTF8 }) {
+                throw CommandFailure(
+                    .unavailable,
+                    "cannot replace: the stored name of key \"\(foreign.name)\" is not valid UTF-8 "
+                        + "(shown repaired with U+FFFD); nothing was imported")
+            }
             // By the names' bytes: a stored NFD name is not the document's NFC name.
             let kept = Set(names.map { Array($0.utf8) })
-            let stale = try transaction.keyNames().filter { !kept.contains(Array($0.utf8)) }
+            let stale = entries.map(\.name).filter { !kept.contains(Array($0.utf8)) }
             for name in stale { try transaction.removeValue(named: name) }
             return stale.count
         }
