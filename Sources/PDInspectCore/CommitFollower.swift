@@ -68,17 +68,20 @@ struct CommitFollower {
             }
             let (delivered, error) = inbox.takeAll()
             let records = delivered.filter { $0.sequence > cursor }
-            if let first = records.first, let last = records.last {
-                // The commit observer skips a record only when it could not deliver it: one
-                // pruned before this process read it, or one it could not read (the error
-                // reported, which then explains the gap); a prefix observer also skips every
-                // commit that changed no key under the prefix.
-                if prefix == nil, first.sequence != cursor + 1 {
-                    if let error { throw error }
-                    try Self.checkNothingPruned(after: cursor, next: first.sequence)
-                }
+            // The commit observer skips a record only when it could not deliver it: one pruned
+            // before this process read it, or one it could not read (the error reported, which
+            // then explains the gap); a prefix observer also skips every commit that changed no
+            // key under the prefix. Several deliveries can wait here at once, so a gap can be
+            // between any two records, not only before the first: those before it are passed.
+            let gap = prefix == nil ? Self.firstGap(in: records, after: cursor) : nil
+            let contiguous = Array(records[..<(gap ?? records.endIndex)])
+            if let last = contiguous.last {
                 cursor = last.sequence
-                guard try handle(records) else { return }
+                guard try handle(contiguous) else { return }
+            }
+            if let gap {
+                if let error { throw error }
+                try Self.checkNothingPruned(after: cursor, next: records[gap].sequence)
             }
             if let error { throw error }
             // Signalled by each delivered record, each reported error and by SIGINT/SIGTERM.
@@ -88,6 +91,17 @@ struct CommitFollower {
 }
 
 extension CommitFollower {
+    /// The index of the first of `records` that does not follow the one before it (`cursor`
+    /// for the first) by one sequence number; nil when none.
+    static func firstGap(in records: [CommitRecord], after cursor: UInt64) -> Int? {
+        var previous = cursor
+        for (index, record) in records.enumerated() {
+            if record.sequence != previous + 1 { return index }
+            previous = record.sequence
+        }
+        return nil
+    }
+
     /// Throws when the record that follows `cursor` is not the next sequence number: the ones
     /// between were pruned (``PersistentDefaults/Options/logRetention``) before this reader got
     /// them. A log's sequence numbers have no gaps (each commit logs the last one + 1), so a gap

@@ -64,6 +64,48 @@ import Testing
         }
     }
 
+    /// A key observer registered while a delivery was under way, after it had listed the keys
+    /// to compare and before it read the store, starts before records that the delivery then
+    /// finds pruned. The comparison that stands in for them left it out (it was not listed), and
+    /// the records after the gap did not touch its key: its change was never delivered, and it
+    /// kept the old value as its baseline (1 → 2 lost every run).
+    @Test func aKeyObserverRegisteredAsADeliveryBeginsGetsTheChangesOfPrunedRecords() throws {
+        try withTemporaryDirectory { path throws in
+            var options = PersistentDefaults.Options()
+            options.logRetention = 1
+            let store = try PersistentDefaults(path: path, options: options)
+            let (b, c) = (PersistentDefaults.Key<Int>("b", default: 0), PersistentDefaults.Key<Int>("c", default: 0))
+            store[b] = 1
+            // Another process's commit of c makes this process's watcher read the log.
+            let other = store.observe(c) { _ in }
+            defer { other.cancel() }
+            let paused = DispatchSemaphore(value: 0)
+            let resume = DispatchSemaphore(value: 0)
+            let observers = store.core.observers
+            let armed = Atomic<Bool>(true)
+            observers.beforeDeliveryRead.withLock { hook in
+                hook = {
+                    guard armed.exchange(false, ordering: .relaxed) else { return }
+                    paused.signal()
+                    _ = resume.wait(timeout: .now() + 30)
+                }
+            }
+            defer { observers.beforeDeliveryRead.withLock { $0 = nil } }
+            try setFromAnotherProcess(path, "c", 1)
+            try #require(paused.wait(timeout: .now() + 30) == .success)
+            // The delivery has listed c only. Now b gets an observer, then changes, and a commit
+            // of c prunes that change from the log before the delivery reads it.
+            let changes = Events<KeyChange<Int>>()
+            let token = store.observe(b) { changes.append($0) }
+            defer { token.cancel() }
+            store[b] = 2
+            store[c] = 2
+            resume.signal()
+            #expect(changes.wait(forCount: 1, timeout: 5), "the change of b was never delivered")
+            #expect(changes.all.map { [$0.oldValue, $0.newValue] } == [[1, 2]])
+        }
+    }
+
     /// An `updates(prefix:)` stream that a delivery finished (its one-record buffer overflowed)
     /// between its observer's registration and the setting of `onTermination` never cancelled
     /// its observer: AsyncStream does not call a handler set after the end until the stream is

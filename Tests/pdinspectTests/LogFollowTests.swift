@@ -62,3 +62,104 @@ struct LogFollowTests {
         #expect(try pdinspect("log", fixture.path).status == 0)
     }
 }
+
+/// A live follower handed two deliveries at once must check the gap between them too, not only
+/// before the first.
+@Suite("pdinspect follow: gaps between live deliveries")
+struct LiveFollowGapTests {
+    private static let counter = PersistentDefaults.Key<Int>("counter", default: 0)
+
+    /// While the follower prints one live batch, this process's delivery of #3 is held up by a
+    /// slow observer and #4…#6 are committed, the log keeping only the newest. The delivery
+    /// then hands over #3 and, read from the log, #6: both reach the follower in one batch,
+    /// which only compared its first record with the last one printed, and so printed #3 and #6
+    /// and went on as if #4 and #5 never existed.
+    @Test func recordsPrunedBetweenTwoLiveDeliveriesFailTheFollowInsteadOfBeingSkipped() throws {
+        let fixture = try TemporaryStore(seeded: false)
+        var options = PersistentDefaults.Options()
+        options.logRetention = 1
+        let store = try PersistentDefaults(path: fixture.path, options: options)
+        store[Self.counter] = 1
+
+        let firstBatch = DispatchSemaphore(value: 0)
+        let holding = DispatchSemaphore(value: 0)
+        let releaseHandle = DispatchSemaphore(value: 0)
+        let blockedAtThree = DispatchSemaphore(value: 0)
+        let releaseThree = DispatchSemaphore(value: 0)
+        let threeReturned = DispatchSemaphore(value: 0)
+        let finished = DispatchSemaphore(value: 0)
+        let followerThread = Guarded<String?>(nil)
+        let seen = Guarded<[UInt64]>([])
+        let outcome = Guarded<(any Error)?>(nil)
+
+        // Dispatched before commit observers: the follower's observer gets #3 only after it.
+        let blocker = store.observe(Self.counter) { change in
+            guard change.sequence == 3 else { return }
+            blockedAtThree.signal()
+            _ = releaseThree.wait(timeout: .now() + 30)
+        }
+        defer { blocker.cancel() }
+
+        let path = fixture.path
+        Thread {
+            do {
+                let console = Console(output: { _ in }, error: { _ in })
+                try CommitFollower(opening: path, in: Runner(console: console)).follow(
+                    after: 0, until: .now + .seconds(60), stop: StopSignal(signals: [])
+                ) { records in
+                    let sequences = records.map(\.sequence)
+                    seen.withLock { $0 += sequences }
+                    if sequences == [1] {
+                        followerThread.withLock {
+                            $0 = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self")
+                        }
+                        firstBatch.signal()
+                    }
+                    if sequences.contains(2) {
+                        holding.signal()
+                        _ = releaseHandle.wait(timeout: .now() + 30)
+                    }
+                    return !sequences.contains(6)
+                }
+            } catch {
+                outcome.withLock { $0 = error }
+            }
+            finished.signal()
+        }.start()
+
+        try #require(firstBatch.wait(timeout: .now() + 30) == .success)
+        // #2 must come live, not from the follower's first reading of the log: wait until its
+        // thread sleeps for deliveries.
+        let task = try #require(followerThread.withLock { $0 })
+        let deadline = Date().addingTimeInterval(10)
+        while !Self.isSleeping("/proc/" + task), Date() < deadline { usleep(1_000) }
+        #expect(Self.isSleeping("/proc/" + task))
+        store[Self.counter] = 2
+        try #require(holding.wait(timeout: .now() + 30) == .success)
+
+        Thread {
+            store[Self.counter] = 3
+            threeReturned.signal()
+        }.start()
+        try #require(blockedAtThree.wait(timeout: .now() + 30) == .success)
+        for value in 4...6 { store[Self.counter] = value }  // Each prunes all but the newest.
+        releaseThree.signal()
+        try #require(threeReturned.wait(timeout: .now() + 30) == .success)
+        releaseHandle.signal()
+        try #require(finished.wait(timeout: .now() + 60) == .success)
+
+        let sequences = seen.withLock { $0 }
+        let failure = outcome.withLock { $0 } as? CommandFailure
+        #expect(failure?.message.contains("records #4…#5 were pruned") == true, "handed over \(sequences)")
+        let gaps = zip(sequences, sequences.dropFirst()).filter { $1 != $0 + 1 }.map { "#\($0)→#\($1)" }
+        #expect(gaps == [], "records skipped between those handed over")
+    }
+
+    /// Whether the thread whose `/proc` directory is `task` sleeps (state `S`).
+    private static func isSleeping(_ task: String) -> Bool {
+        guard let stat = try? String(contentsOfFile: task + "/stat", encoding: .utf8),
+            let end = stat.lastIndex(of: ")")
+        else { return false }
+        return stat[stat.index(after: end)...].trimmingCharacters(in: .whitespaces).hasPrefix("S")
+    }
+}

@@ -403,6 +403,11 @@ final class ObserverRegistry: Sendable {
     /// registration returns). Nil, its normal state, costs one lock section per registration.
     let afterRegistration = Locked<(@Sendable () -> Void)?>(nil)
 
+    /// Runs on a delivering thread once it has listed the observed keys and before it reads the
+    /// store, with no lock held; for tests that register an observer at that moment. Nil, its
+    /// normal state, costs one lock section per read of the log.
+    let beforeDeliveryRead = Locked<(@Sendable () -> Void)?>(nil)
+
     /// How many observers are registered; for tests and diagnostics.
     var observerCount: Int { state.withLock { $0.observerCount } }
 
@@ -557,6 +562,7 @@ final class ObserverRegistry: Sendable {
     private func deliverFromStore(after from: UInt64, compare: Bool, core: StoreCore) throws {
         let (names, lastID) = observedKeys
         logReads.add(1, ordering: .relaxed)
+        if let hook = beforeDeliveryRead.withLock({ $0 }) { hook() }
         let batch = try core.environment.withRead { transaction in
             // The snapshot of an enclosing `read { }` is older than what delivery has passed.
             guard !transaction.isEnclosingSnapshot else { throw EnclosingSnapshot() }
@@ -630,9 +636,21 @@ final class ObserverRegistry: Sendable {
                 Self.place(&state.prefixes[prefix, default: [:]], at: sequence, through: lastID)
             }
             var calls: [Call] = []
+            // Observers registered since the names were listed (IDs past `lastID`).
+            let registeredSince = state.nextID > lastID
+            var listed = Set<[UInt8]>()
             for (name, bytes) in values {
+                if registeredSince { listed.insert(name) }
                 calls += Self.advance(
                     &state.keys[name], to: bytes, at: sequence, after: sequence, placingThrough: lastID)
+            }
+            // A key observer of a name that was not listed, registered after the list was made
+            // from a snapshot older than this one, may have missed what this comparison stands in
+            // for (pruned records, an unlogged write): compare again, with its name listed.
+            if registeredSince, !state.needsComparing {
+                state.needsComparing = state.keys.contains { name, observers in
+                    !listed.contains(name) && observers.contains { $0.key > lastID && $0.value.position < sequence }
+                }
             }
             return calls
         }
