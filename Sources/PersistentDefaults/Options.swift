@@ -34,8 +34,8 @@ extension PersistentDefaults {
         /// How many commit-log records to keep at least; older ones are pruned. At least 1.
         /// Default 10,000.
         ///
-        /// The log is pruned in batches, not on every commit: it may hold up to a slack of
-        /// 1/16 of the retention, at most 64 records, more than this (10,064 by default). Each
+        /// The log is pruned in batches, not on every commit: it may hold up to one record less
+        /// than a slack of 1/16 of the retention (at most 64) more than this (10,063 by default). Each
         /// commit whose sequence number is a multiple of the slack prunes back to exactly
         /// `logRetention`; the commits in between delete nothing. A retention below 32 has a
         /// slack of 1 and is kept exactly.
