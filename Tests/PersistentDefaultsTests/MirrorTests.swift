@@ -139,6 +139,32 @@ struct MirrorTests {
         }
     }
 
+    /// A restart behind ten revisions of 1.4 MB values (etcd's request limit is 1.5 MiB): etcd
+    /// sends them as one 19 MB watch response. The watch looked for the end of that line from the
+    /// start of the bytes received on every chunk (quadratic): `start()` gave up after its 30 s,
+    /// and every later start began the same line again.
+    @Test func aRestartCatchesUpOnRevisionsOfLargeValuesWithinTheStartTimeout() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            let first = try fleetMirror(store, etcd)
+            try await first.start()
+            try await first.stop()
+            let large = String(repeating: "x", count: 1_400_000)
+            var last: Int64 = 0
+            for index in 0..<10 {
+                last = try etcd.put("/fleet/svc/large\(index)", #"{"type":"string","value":"\#(large)\#(index)"}"#)
+            }
+            var options = testOptions()
+            options.startTimeout = .seconds(30)  // The default.
+            let second = try fleetMirror(store, etcd, options: options)
+            try await second.start()
+            #expect(second.appliedRevision == last)
+            #expect(store[PersistentDefaults.Key<String>("fleet.large9", default: "")] == large + "9")
+            try await second.stop()
+        }
+    }
+
     @Test func twoMirrorsOfOneStoreApplyEachRevisionOnce() async throws {
         let etcd = try EtcdCluster()
         try await withTemporaryDirectoryAsync { path in

@@ -168,6 +168,10 @@ final class EtcdClient: Sendable {
             key: Data(prefix), rangeEnd: Data(etcdRangeEnd(ofPrefix: prefix)), startRevision: startRevision)
         guard let body = try? Self.encoder.encode(create) else { return .failed("the watch request does not encode") }
         var pending: [UInt8] = []
+        // How many bytes at the start of `pending` hold no newline: each byte is searched once. A
+        // catch-up response of many revisions is one line of tens of MB, arriving in 16 KB
+        // chunks; searching it from its start on every chunk took minutes.
+        var searched = 0
         var end: WatchEnd?
         let outcome = HTTPTransfer.stream(
             url: endpoints[index] + "/v3/watch", body: Array(body),
@@ -176,9 +180,12 @@ final class EtcdClient: Sendable {
         ) { chunk in
             pending.append(contentsOf: chunk)
             // The gateway ends every message with a newline.
-            while let newline = pending.firstIndex(of: 0x0A) {
+            while let newline = pending[searched...].firstIndex(of: 0x0A) {
                 let line = pending[..<newline]
-                defer { pending.removeSubrange(...newline) }
+                defer {
+                    pending.removeSubrange(...newline)
+                    searched = 0
+                }
                 guard !line.isEmpty else { continue }
                 guard let message = try? Self.decoder.decode(EtcdWatchMessage.self, from: Data(line)) else {
                     end = .failed(
@@ -202,6 +209,7 @@ final class EtcdClient: Sendable {
                     return false
                 }
             }
+            searched = pending.count
             return true
         }
         if let end { return end }
