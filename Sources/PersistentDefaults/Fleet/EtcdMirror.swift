@@ -254,8 +254,12 @@ public final class EtcdMirror: Sendable {
             threadsDone.leave()
             try await waitUntilApplied(target, timeout: options.startTimeout)
             try status.withLock { status in
-                guard status.state == .starting else { throw EtcdMirrorError.notRunning }  // Stopped meanwhile.
-                status.state = .live(revision: status.applied)
+                switch status.state {
+                case .starting: status.state = .live(revision: status.applied)
+                // The watch lost its member during the catch-up: it is reconnecting, or it has.
+                case .reconnecting, .live: break
+                case .idle, .stopped: throw EtcdMirrorError.notRunning  // Stopped meanwhile.
+                }
             }
         } catch {
             try? await stop()
