@@ -449,6 +449,38 @@ struct MirrorTests {
         }
     }
 
+    /// An update whose key another host changed is retried once that change is applied here. It
+    /// used to wait for etcd's newest revision, which the watch of the prefix never delivers when
+    /// it belongs to another prefix: with etcd's default progress interval (10 min) the update
+    /// threw `notAppliedLocally` after the request timeout.
+    @Test func anUpdateInConflictIsRetriedWhenEtcdsNewestRevisionIsOutsideThePrefix() async throws {
+        let etcd = try EtcdCluster(progressNotifyInterval: "10m")  // etcd's default
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            var options = testOptions()
+            options.requestTimeout = .seconds(5)
+            let mirror = try fleetMirror(store, etcd, options: options)
+            try await mirror.start()
+            try await mirror.set(1, for: .counter)
+            let attempts = Guarded(0)
+            try await mirror.update(.counter) { value in
+                let attempt = attempts.withLock { count in
+                    count += 1
+                    return count
+                }
+                if attempt == 1 {
+                    // Another host changes the key, then another service writes elsewhere in etcd.
+                    _ = try etcd.put("/fleet/svc/counter", typedInt(10))
+                    _ = try etcd.put("/other/noise", typedInt(0))
+                }
+                return value + 1
+            }
+            #expect(store[.counter] == 11)
+            #expect(attempts.withLock { $0 } == 2)
+            try await mirror.stop()
+        }
+    }
+
     @Test func twoHostsIncrementingOneKey100TimesEachEndAtExactly200More() async throws {
         let etcd = try EtcdCluster()
         try await withTemporaryDirectoryAsync { first in

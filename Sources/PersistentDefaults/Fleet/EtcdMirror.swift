@@ -358,9 +358,13 @@ public final class EtcdMirror: Sendable {
                 try await waitUntilApplied(response.header.revision, timeout: options.requestTimeout)
                 return
             }
-            // A key read changed after the revision it was read at: wait for the change to be
-            // applied here, then read and try again; past a few conflicts, also pause a little.
-            try await waitUntilApplied(response.header.revision, timeout: options.requestTimeout)
+            // A key read changed after the revision it was read at: wait for a change of the
+            // prefix after that revision to be applied here, then read and try again (until the
+            // one that conflicted is); past a few conflicts, also pause a little. Not for etcd's
+            // newest revision, in the answer: it may belong to another prefix, which this watch
+            // never delivers (only a progress notification, every 10 minutes by default, would).
+            try await waitUntilApplied(
+                min(response.header.revision, transaction.revision + 1), timeout: options.requestTimeout)
             if attempt > 3 { try await Task.sleep(for: .milliseconds(Int.random(in: 0...min(attempt, 20)))) }
         }
         throw EtcdMirrorError.tooManyConflicts(attempts: max(options.maxAttempts, 1))
