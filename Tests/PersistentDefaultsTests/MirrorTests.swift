@@ -481,6 +481,26 @@ struct MirrorTests {
         }
     }
 
+    /// Removing a key etcd does not have makes no etcd revision; the answer carries etcd's newest,
+    /// which may belong to another prefix. The removal used to wait for that revision and throw
+    /// `notAppliedLocally` after the request timeout; it now returns once the key is absent here.
+    @Test func removingAKeyEtcdDoesNotHaveReturnsWhenEtcdsNewestRevisionIsOutsideThePrefix() async throws {
+        let etcd = try EtcdCluster(progressNotifyInterval: "10m")  // etcd's default
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            var options = testOptions()
+            options.requestTimeout = .seconds(5)
+            let mirror = try fleetMirror(store, etcd, options: options)
+            try await mirror.start()
+            try await mirror.set(1, for: .counter)
+            _ = try etcd.put("/other/noise", typedInt(0))
+            try await mirror.write { $0.remove(.banner) }
+            #expect(try !store.contains(.banner))
+            #expect(store[.counter] == 1)
+            try await mirror.stop()
+        }
+    }
+
     @Test func twoHostsIncrementingOneKey100TimesEachEndAtExactly200More() async throws {
         let etcd = try EtcdCluster()
         try await withTemporaryDirectoryAsync { first in

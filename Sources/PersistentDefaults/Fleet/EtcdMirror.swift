@@ -355,7 +355,14 @@ public final class EtcdMirror: Sendable {
             let client = self.client
             let response = try await EtcdClient.offThread { try client.txn(request) }
             if response.succeeded {
-                try await waitUntilApplied(response.header.revision, timeout: options.requestTimeout)
+                if response.changedKeys {
+                    try await waitUntilApplied(response.header.revision, timeout: options.requestTimeout)
+                } else {
+                    // Every operation deleted a key etcd did not have: etcd made no revision, and
+                    // the one in the answer, its newest, may belong to another prefix, which this
+                    // watch never delivers.
+                    try await waitUntilAbsent(request.success, timeout: options.requestTimeout)
+                }
                 return
             }
             // A key read changed after the revision it was read at: wait for a change of the
@@ -394,6 +401,24 @@ public final class EtcdMirror: Sendable {
                 return nil
             }
             if let outcome { continuation.resume(with: outcome) }
+        }
+    }
+
+    /// Returns once none of the keys that `operations` delete is in the local copy (a deletion
+    /// etcd made before may not be applied here yet); throws
+    /// ``EtcdMirrorError/notAppliedLocally(revision:)`` after `timeout`.
+    private func waitUntilAbsent(_ operations: [EtcdOperation], timeout: Duration) async throws {
+        let names = operations.compactMap { operation -> [UInt8]? in
+            if case .delete(let key) = operation { localName(ofEtcdKey: key) } else { nil }
+        }
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            let applied = appliedRevision
+            let present = try store.core.environment.withRead { transaction in
+                try names.contains { try store.core.encodedValue(named: $0, in: transaction) != nil }
+            }
+            guard present else { return }
+            try await waitUntilApplied(applied + 1, timeout: deadline - .now)
         }
     }
 
