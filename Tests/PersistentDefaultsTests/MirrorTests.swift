@@ -266,6 +266,29 @@ struct MirrorTests {
         }
     }
 
+    /// etcd compacted at exactly the revision after the recorded one, a deletion: a compaction
+    /// drops the tombstones at its revision, so a watch from that revision is accepted (it is not
+    /// older than the compaction) and never delivers the deletion. The restart used to watch from
+    /// there and return, after a progress notification, with the deleted key still here.
+    @Test func aDeletionAtTheRevisionEtcdCompactedAtIsNotLostByARestart() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            _ = try etcd.put("/fleet/svc/banner", #"{"type":"string","value":"old"}"#)
+            _ = try etcd.put("/fleet/svc/counter", typedInt(1))
+            let first = try fleetMirror(store, etcd)
+            try await first.start()
+            try await first.stop()
+            let deleted = try etcd.delete("/fleet/svc/banner")
+            try etcd.compact(deleted)
+            let second = try fleetMirror(store, etcd)
+            try await second.start()
+            #expect(try !store.contains(.banner))
+            #expect(store[.counter] == 1)
+            try await second.stop()
+        }
+    }
+
     @Test func mirroredKeysRefuseEveryOtherWriter() async throws {
         let etcd = try EtcdCluster()
         try await withTemporaryStoreAsync { store, _, log in

@@ -82,7 +82,7 @@ extension EtcdMirror {
 
     // MARK: Watch
 
-    /// Watches the prefix from the applied revision + 1, applying each revision as it arrives;
+    /// Watches the prefix from the applied revision on, applying each newer revision as it arrives;
     /// on failure moves to the next endpoint after a pause that doubles up to
     /// ``Options/maxBackoff`` (no busy loop), and re-reads the prefix after a compaction or when
     /// etcd's history went back.
@@ -98,9 +98,15 @@ extension EtcdMirror {
             do {
                 // Read before the request, for the first response to be compared with.
                 let before = try store.core.environment.withRead { try ownRecord(in: $0) }
+                // From the applied revision, not the next: a compaction drops the tombstones at
+                // its own revision, so after a compaction at the next revision a watch from there
+                // is accepted and never delivers that revision's deletions. From the applied one
+                // it is refused as compacted (the prefix is then read again); the applied
+                // revision's events are passed over.
+                let start = max(appliedRevision, 1)
                 var first = true
                 end = client.watch(
-                    endpointIndex: endpoint, prefix: etcdPrefixBytes, startRevision: appliedRevision + 1, wake: wake,
+                    endpointIndex: endpoint, prefix: etcdPrefixBytes, startRevision: start, wake: wake,
                     shouldStop: { stopSignal.isRaised },
                     onResult: { result in
                         do {

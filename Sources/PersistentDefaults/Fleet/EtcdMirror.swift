@@ -27,7 +27,7 @@ import Foundation
 ///   mirrored keys that etcd no longer has) and each revision the watch delivers are applied in
 ///   one LMDB transaction each, which also records the revision in the store's `meta`; an
 ///   etcd transaction that changed several keys reaches observers as one commit.
-/// - **Resume without loss or repeat**: a restart watches from the recorded revision + 1. The
+/// - **Resume without loss or repeat**: a restart watches from the recorded revision on. The
 ///   applying transaction applies a revision only when it is newer than the recorded one, so
 ///   several processes mirroring one store apply each revision once. When etcd compacted past
 ///   the recorded revision, the prefix is read again and the difference applied in one commit;
