@@ -115,6 +115,15 @@ public final class EtcdCluster: @unchecked Sendable {
         try waitUntilServing(index)
     }
 
+    /// Stops member `index` with SIGSTOP (`true`) or lets it go on with SIGCONT (`false`): a member
+    /// that hangs — its connections stay open, it accepts new ones (the kernel completes them and
+    /// answers TCP keep-alive) and answers nothing.
+    public func setPaused(_ index: Int, _ paused: Bool) {
+        if let child = lock.withLock({ members[index].child }) {
+            _ = Foundation.kill(child.process.processIdentifier, paused ? SIGSTOP : SIGCONT)
+        }
+    }
+
     /// Whether member `index` was started and not killed.
     public func isRunning(_ index: Int) -> Bool { lock.withLock { members[index].child != nil } }
 

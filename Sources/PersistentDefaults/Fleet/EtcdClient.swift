@@ -95,13 +95,16 @@ final class EtcdClient: Sendable {
         var backoff = Duration.milliseconds(25)
         var reasons: [String] = []
         let first = preferredIndex
+        // A member that hangs (it accepts the connection and never answers) must not take the
+        // whole timeout: a request that may be sent again gives each endpoint its share of it.
+        let share = safeToRepeat ? requestTimeout / endpoints.count : requestTimeout
         while true {
             for offset in endpoints.indices {
                 let index = (first + offset) % endpoints.count
                 let endpoint = endpoints[index]
                 let remaining = deadline - ContinuousClock.now
                 let limits = HTTPTransfer.Limits(
-                    timeout: max(min(remaining, requestTimeout), .milliseconds(50)),
+                    timeout: max(min(remaining, share), .milliseconds(50)),
                     connectTimeout: min(connectTimeout, max(remaining, .milliseconds(50))))
                 switch HTTPTransfer.post(url: endpoint + path, body: body, limits: limits) {
                 case .failure(let failure):

@@ -121,6 +121,9 @@ public final class EtcdMirror: Sendable {
         var threadsStarted = false
         /// The index of the endpoint the watch uses or tries next.
         var watchEndpoint = 0
+        /// Set by the consistency check when the watch's member seems to hang: the watch then
+        /// ends its connection and moves to the next endpoint.
+        var watchStalled = false
         /// Counts the times etcd's history went back (``EtcdMirror/noteHistoryWentBack(to:)``): a
         /// revision read from the store before then is not noted after.
         var epoch = 0
