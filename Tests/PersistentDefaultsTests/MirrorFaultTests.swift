@@ -100,6 +100,83 @@ struct MirrorFaultTests {
         }
     }
 
+    /// The member the watch talks to hangs (SIGSTOP: its connections stay open, and the kernel
+    /// still answers TCP keep-alive) while the other two go on. The watch used to wait on it for
+    /// as long as it hung: the mirror said `.live` and missed every later revision. Now, when the
+    /// local copy differs from etcd's newest state at two consistency checks in a row and the
+    /// watch applied nothing in between, the watch moves to the next member.
+    @Test func aWatchWhoseMemberHangsMovesToAnotherMember() async throws {
+        let etcd = try EtcdCluster(size: 3)
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            let key = PersistentDefaults.Key<Int>("fleet.limit", default: 0)
+            var options = faultOptions()
+            options.consistencyCheckInterval = .seconds(1)
+            options.requestTimeout = .seconds(3)
+            let mirror = try EtcdMirror(
+                store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.",
+                options: options)
+            try await mirror.start()
+            let first = try etcd.put("/fleet/svc/limit", typedInt(1))
+            try await waitUntil("the first put is applied") { mirror.appliedRevision >= first }
+            let hung = mirror.status.withLock { $0.watchEndpoint }
+            etcd.setPaused(hung, true)
+            defer { etcd.setPaused(hung, false) }
+            let others = try EtcdClient(
+                endpoints: etcd.endpoints.indices.filter { $0 != hung }.map { etcd.endpoint($0) },
+                requestTimeout: .seconds(20), connectTimeout: .seconds(1), maxBackoff: .milliseconds(200))
+            let revision = try others.put(key: Array("/fleet/svc/limit".utf8), value: Array(typedInt(2).utf8))
+            try await waitUntil("a put made while the watch's member hangs is applied", timeout: .seconds(40)) {
+                mirror.appliedRevision >= revision
+            }
+            #expect(store[key] == 2)
+            #expect(mirror.status.withLock { $0.watchEndpoint } != hung)
+            etcd.setPaused(hung, false)
+            try await mirror.stop()
+        }
+    }
+
+    /// The watch loses its member while a restarted mirror's `start()` waits for the catch-up: it
+    /// reconnects and catches up, so `start()` returns. The failure used to set the state from
+    /// `.starting` to `.reconnecting` (then `.live`), and `start()`, finding it no longer
+    /// `.starting`, took the mirror for stopped: it threw `notRunning` and stopped the mirror.
+    @Test func aStartWhoseWatchReconnectsDuringTheCatchUpSucceeds() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let store = try boundedStore(at: path)
+            let first = try fleetMirror(store, etcd)
+            try await first.start()
+            try await first.stop()
+            // More than the 1,000 revisions etcd sends in one response to a watcher catching up:
+            // the catch-up needs a second response, which only a new connection brings.
+            var last: Int64 = 0
+            for value in 1...1_010 { last = try etcd.put("/fleet/svc/counter", typedInt(value)) }
+            // Holds the watch thread in the first commit of the catch-up until the member is down.
+            let entered = Guarded(false)
+            let release = DispatchSemaphore(value: 0)
+            let token = store.observe(prefix: "fleet.") { _ in
+                guard !entered.withLock({ $0 }) else { return }
+                entered.withLock { $0 = true }
+                _ = release.wait(timeout: .now() + 60)
+            }
+            let second = try fleetMirror(store, etcd)
+            let starting = Task { try await second.start() }
+            try await waitUntil("the catch-up began", timeout: .seconds(30)) { entered.withLock { $0 } }
+            etcd.kill(0)
+            release.signal()
+            try await waitUntil("the watch lost its member", timeout: .seconds(30)) {
+                if case .reconnecting = second.state { true } else { false }
+            }
+            try etcd.start(0)
+            try etcd.waitUntilServing(0)
+            try await starting.value
+            #expect(second.state == .live(revision: last))
+            #expect(store[counter] == 1_010)
+            token.cancel()
+            try await second.stop()
+        }
+    }
+
     /// An etcd member restarted without its data (or from an older backup) keeps its cluster ID
     /// and starts its revisions over. A mirror whose store recorded a newer revision used to take
     /// the store for up to date — keeping values etcd no longer had — and to watch from a

@@ -139,6 +139,32 @@ struct MirrorTests {
         }
     }
 
+    /// A restart behind ten revisions of 1.4 MB values (etcd's request limit is 1.5 MiB): etcd
+    /// sends them as one 19 MB watch response. The watch looked for the end of that line from the
+    /// start of the bytes received on every chunk (quadratic): `start()` gave up after its 30 s,
+    /// and every later start began the same line again.
+    @Test func aRestartCatchesUpOnRevisionsOfLargeValuesWithinTheStartTimeout() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            let first = try fleetMirror(store, etcd)
+            try await first.start()
+            try await first.stop()
+            let large = String(repeating: "x", count: 1_400_000)
+            var last: Int64 = 0
+            for index in 0..<10 {
+                last = try etcd.put("/fleet/svc/large\(index)", #"{"type":"string","value":"\#(large)\#(index)"}"#)
+            }
+            var options = testOptions()
+            options.startTimeout = .seconds(30)  // The default.
+            let second = try fleetMirror(store, etcd, options: options)
+            try await second.start()
+            #expect(second.appliedRevision == last)
+            #expect(store[PersistentDefaults.Key<String>("fleet.large9", default: "")] == large + "9")
+            try await second.stop()
+        }
+    }
+
     @Test func twoMirrorsOfOneStoreApplyEachRevisionOnce() async throws {
         let etcd = try EtcdCluster()
         try await withTemporaryDirectoryAsync { path in
@@ -236,6 +262,29 @@ struct MirrorTests {
             #expect(try !store.contains(.banner))
             let records = try store.commits(after: before)
             #expect(records.count == 1)
+            try await second.stop()
+        }
+    }
+
+    /// etcd compacted at exactly the revision after the recorded one, a deletion: a compaction
+    /// drops the tombstones at its revision, so a watch from that revision is accepted (it is not
+    /// older than the compaction) and never delivers the deletion. The restart used to watch from
+    /// there and return, after a progress notification, with the deleted key still here.
+    @Test func aDeletionAtTheRevisionEtcdCompactedAtIsNotLostByARestart() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            _ = try etcd.put("/fleet/svc/banner", #"{"type":"string","value":"old"}"#)
+            _ = try etcd.put("/fleet/svc/counter", typedInt(1))
+            let first = try fleetMirror(store, etcd)
+            try await first.start()
+            try await first.stop()
+            let deleted = try etcd.delete("/fleet/svc/banner")
+            try etcd.compact(deleted)
+            let second = try fleetMirror(store, etcd)
+            try await second.start()
+            #expect(try !store.contains(.banner))
+            #expect(store[.counter] == 1)
             try await second.stop()
         }
     }
@@ -419,6 +468,58 @@ struct MirrorTests {
             #expect(throws: PersistentDefaultsError.usedAfterClosure(type: "EtcdMirrorTransaction")) {
                 try kept?.value(for: .mirroredMax)
             }
+            try await mirror.stop()
+        }
+    }
+
+    /// An update whose key another host changed is retried once that change is applied here. It
+    /// used to wait for etcd's newest revision, which the watch of the prefix never delivers when
+    /// it belongs to another prefix: with etcd's default progress interval (10 min) the update
+    /// threw `notAppliedLocally` after the request timeout.
+    @Test func anUpdateInConflictIsRetriedWhenEtcdsNewestRevisionIsOutsideThePrefix() async throws {
+        let etcd = try EtcdCluster(progressNotifyInterval: "10m")  // etcd's default
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            var options = testOptions()
+            options.requestTimeout = .seconds(5)
+            let mirror = try fleetMirror(store, etcd, options: options)
+            try await mirror.start()
+            try await mirror.set(1, for: .counter)
+            let attempts = Guarded(0)
+            try await mirror.update(.counter) { value in
+                let attempt = attempts.withLock { count in
+                    count += 1
+                    return count
+                }
+                if attempt == 1 {
+                    // Another host changes the key, then another service writes elsewhere in etcd.
+                    _ = try etcd.put("/fleet/svc/counter", typedInt(10))
+                    _ = try etcd.put("/other/noise", typedInt(0))
+                }
+                return value + 1
+            }
+            #expect(store[.counter] == 11)
+            #expect(attempts.withLock { $0 } == 2)
+            try await mirror.stop()
+        }
+    }
+
+    /// Removing a key etcd does not have makes no etcd revision; the answer carries etcd's newest,
+    /// which may belong to another prefix. The removal used to wait for that revision and throw
+    /// `notAppliedLocally` after the request timeout; it now returns once the key is absent here.
+    @Test func removingAKeyEtcdDoesNotHaveReturnsWhenEtcdsNewestRevisionIsOutsideThePrefix() async throws {
+        let etcd = try EtcdCluster(progressNotifyInterval: "10m")  // etcd's default
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            var options = testOptions()
+            options.requestTimeout = .seconds(5)
+            let mirror = try fleetMirror(store, etcd, options: options)
+            try await mirror.start()
+            try await mirror.set(1, for: .counter)
+            _ = try etcd.put("/other/noise", typedInt(0))
+            try await mirror.write { $0.remove(.banner) }
+            #expect(try !store.contains(.banner))
+            #expect(store[.counter] == 1)
             try await mirror.stop()
         }
     }

@@ -35,9 +35,14 @@ public final class EtcdCluster: @unchecked Sendable {
     public let directory: String
     private let lock = NSLock()
     private var members: [Member] = []
+    /// `--experimental-watch-progress-notify-interval`: how often an idle watch hears etcd's revision.
+    private let progressNotifyInterval: String
 
     /// Starts `size` members forming one cluster and waits (60 s at most) until each answers.
-    public init(size: Int = 1) throws {
+    /// `progressNotifyInterval` is how often an idle watch is told etcd's revision: 1 s here,
+    /// etcd's default `"10m"` for a test about a watch that hears of no revision outside its prefix.
+    public init(size: Int = 1, progressNotifyInterval: String = "1s") throws {
+        self.progressNotifyInterval = progressNotifyInterval
         guard Self.executable != nil, Self.control != nil else {
             throw EtcdTestError(
                 "etcd is not installed: the mirror tests need it (run tools/setup, which installs etcd-server and etcd-client)"
@@ -84,7 +89,7 @@ public final class EtcdCluster: @unchecked Sendable {
             "--initial-advertise-peer-urls", "http://127.0.0.1:\(member.peerPort)",
             "--initial-cluster", cluster, "--initial-cluster-state", "new",
             "--initial-cluster-token", URL(fileURLWithPath: directory).lastPathComponent,
-            "--experimental-watch-progress-notify-interval", "1s",
+            "--experimental-watch-progress-notify-interval", progressNotifyInterval,
             "--heartbeat-interval", "100", "--election-timeout", "1000",
         ]
         // Its log is collected in memory; `waitUntilServing` shows its end when the member fails.
@@ -108,6 +113,15 @@ public final class EtcdCluster: @unchecked Sendable {
         try FileManager.default.removeItem(atPath: "\(directory)/\(name)")
         try start(index)
         try waitUntilServing(index)
+    }
+
+    /// Stops member `index` with SIGSTOP (`true`) or lets it go on with SIGCONT (`false`): a member
+    /// that hangs — its connections stay open, it accepts new ones (the kernel completes them and
+    /// answers TCP keep-alive) and answers nothing.
+    public func setPaused(_ index: Int, _ paused: Bool) {
+        if let child = lock.withLock({ members[index].child }) {
+            _ = Foundation.kill(child.process.processIdentifier, paused ? SIGSTOP : SIGCONT)
+        }
     }
 
     /// Whether member `index` was started and not killed.

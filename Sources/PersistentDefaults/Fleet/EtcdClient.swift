@@ -95,13 +95,16 @@ final class EtcdClient: Sendable {
         var backoff = Duration.milliseconds(25)
         var reasons: [String] = []
         let first = preferredIndex
+        // A member that hangs (it accepts the connection and never answers) must not take the
+        // whole timeout: a request that may be sent again gives each endpoint its share of it.
+        let share = safeToRepeat ? requestTimeout / endpoints.count : requestTimeout
         while true {
             for offset in endpoints.indices {
                 let index = (first + offset) % endpoints.count
                 let endpoint = endpoints[index]
                 let remaining = deadline - ContinuousClock.now
                 let limits = HTTPTransfer.Limits(
-                    timeout: max(min(remaining, requestTimeout), .milliseconds(50)),
+                    timeout: max(min(remaining, share), .milliseconds(50)),
                     connectTimeout: min(connectTimeout, max(remaining, .milliseconds(50))))
                 switch HTTPTransfer.post(url: endpoint + path, body: body, limits: limits) {
                 case .failure(let failure):
@@ -168,6 +171,10 @@ final class EtcdClient: Sendable {
             key: Data(prefix), rangeEnd: Data(etcdRangeEnd(ofPrefix: prefix)), startRevision: startRevision)
         guard let body = try? Self.encoder.encode(create) else { return .failed("the watch request does not encode") }
         var pending: [UInt8] = []
+        // How many bytes at the start of `pending` hold no newline: each byte is searched once. A
+        // catch-up response of many revisions is one line of tens of MB, arriving in 16 KB
+        // chunks; searching it from its start on every chunk took minutes.
+        var searched = 0
         var end: WatchEnd?
         let outcome = HTTPTransfer.stream(
             url: endpoints[index] + "/v3/watch", body: Array(body),
@@ -176,9 +183,12 @@ final class EtcdClient: Sendable {
         ) { chunk in
             pending.append(contentsOf: chunk)
             // The gateway ends every message with a newline.
-            while let newline = pending.firstIndex(of: 0x0A) {
+            while let newline = pending[searched...].firstIndex(of: 0x0A) {
                 let line = pending[..<newline]
-                defer { pending.removeSubrange(...newline) }
+                defer {
+                    pending.removeSubrange(...newline)
+                    searched = 0
+                }
                 guard !line.isEmpty else { continue }
                 guard let message = try? Self.decoder.decode(EtcdWatchMessage.self, from: Data(line)) else {
                     end = .failed(
@@ -202,6 +212,7 @@ final class EtcdClient: Sendable {
                     return false
                 }
             }
+            searched = pending.count
             return true
         }
         if let end { return end }

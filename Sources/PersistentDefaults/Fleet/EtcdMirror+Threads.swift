@@ -82,7 +82,7 @@ extension EtcdMirror {
 
     // MARK: Watch
 
-    /// Watches the prefix from the applied revision + 1, applying each revision as it arrives;
+    /// Watches the prefix from the applied revision on, applying each newer revision as it arrives;
     /// on failure moves to the next endpoint after a pause that doubles up to
     /// ``Options/maxBackoff`` (no busy loop), and re-reads the prefix after a compaction or when
     /// etcd's history went back.
@@ -90,7 +90,10 @@ extension EtcdMirror {
         var endpoint = client.preferredIndex
         var failures = 0
         while !stopSignal.isRaised {
-            status.withLock { $0.watchEndpoint = endpoint }
+            status.withLock { status in
+                status.watchEndpoint = endpoint
+                status.watchStalled = false
+            }
             let connected = ContinuousClock.now
             var failure: String?
             var wentBack = false
@@ -98,10 +101,16 @@ extension EtcdMirror {
             do {
                 // Read before the request, for the first response to be compared with.
                 let before = try store.core.environment.withRead { try ownRecord(in: $0) }
+                // From the applied revision, not the next: a compaction drops the tombstones at
+                // its own revision, so after a compaction at the next revision a watch from there
+                // is accepted and never delivers that revision's deletions. From the applied one
+                // it is refused as compacted (the prefix is then read again); the applied
+                // revision's events are passed over.
+                let start = max(appliedRevision, 1)
                 var first = true
                 end = client.watch(
-                    endpointIndex: endpoint, prefix: etcdPrefixBytes, startRevision: appliedRevision + 1, wake: wake,
-                    shouldStop: { stopSignal.isRaised },
+                    endpointIndex: endpoint, prefix: etcdPrefixBytes, startRevision: start, wake: wake,
+                    shouldStop: { stopSignal.isRaised || status.withLock { $0.watchStalled } },
                     onResult: { result in
                         do {
                             // etcd's history can go back only while no connection is open: the
@@ -217,11 +226,34 @@ extension EtcdMirror {
 
     // MARK: Consistency check
 
-    /// Every ``Options/consistencyCheckInterval``, compares the local copy with etcd.
+    /// Every ``Options/consistencyCheckInterval``, compares the local copy with etcd, at the
+    /// applied revision and at the newest.
     func checkLoop() {
+        var differing: Int64?
         while !stopSignal.wait(for: options.consistencyCheckInterval) {
             checkConsistency()
+            differing = checkWatchDelivers(differedAt: differing)
         }
+    }
+
+    /// Compares the local copy with etcd's newest state. When they differed at the previous
+    /// check too and the watch applied nothing since (`previous`: the applied revision then),
+    /// the watch waits on a member that hangs — its connection stays open, and the kernel still
+    /// answers TCP keep-alive — while the others go on: it is made to move to the next endpoint.
+    /// Returns the applied revision when they differ, nil when they do not or cannot be compared.
+    private func checkWatchDelivers(differedAt previous: Int64?) -> Int64? {
+        guard case .live = state else { return nil }
+        let applied = appliedRevision
+        do {
+            let newest = try client.range(prefix: etcdPrefixBytes)
+            guard newest.header.revision > applied, try !localCopyMatches(desiredValues(newest).0) else { return nil }
+        } catch {
+            return nil  // The watch notices unreachable members itself.
+        }
+        guard previous == applied else { return applied }
+        status.withLock { $0.watchStalled = true }
+        wake.wake()
+        return nil
     }
 
     /// Reads the prefix at the revision the store holds and, when the local copy differs (a

@@ -27,7 +27,7 @@ import Foundation
 ///   mirrored keys that etcd no longer has) and each revision the watch delivers are applied in
 ///   one LMDB transaction each, which also records the revision in the store's `meta`; an
 ///   etcd transaction that changed several keys reaches observers as one commit.
-/// - **Resume without loss or repeat**: a restart watches from the recorded revision + 1. The
+/// - **Resume without loss or repeat**: a restart watches from the recorded revision on. The
 ///   applying transaction applies a revision only when it is newer than the recorded one, so
 ///   several processes mirroring one store apply each revision once. When etcd compacted past
 ///   the recorded revision, the prefix is read again and the difference applied in one commit;
@@ -121,6 +121,9 @@ public final class EtcdMirror: Sendable {
         var threadsStarted = false
         /// The index of the endpoint the watch uses or tries next.
         var watchEndpoint = 0
+        /// Set by the consistency check when the watch's member seems to hang: the watch then
+        /// ends its connection and moves to the next endpoint.
+        var watchStalled = false
         /// Counts the times etcd's history went back (``EtcdMirror/noteHistoryWentBack(to:)``): a
         /// revision read from the store before then is not noted after.
         var epoch = 0
@@ -254,8 +257,12 @@ public final class EtcdMirror: Sendable {
             threadsDone.leave()
             try await waitUntilApplied(target, timeout: options.startTimeout)
             try status.withLock { status in
-                guard status.state == .starting else { throw EtcdMirrorError.notRunning }  // Stopped meanwhile.
-                status.state = .live(revision: status.applied)
+                switch status.state {
+                case .starting: status.state = .live(revision: status.applied)
+                // The watch lost its member during the catch-up: it is reconnecting, or it has.
+                case .reconnecting, .live: break
+                case .idle, .stopped: throw EtcdMirrorError.notRunning  // Stopped meanwhile.
+                }
             }
         } catch {
             try? await stop()
@@ -351,12 +358,23 @@ public final class EtcdMirror: Sendable {
             let client = self.client
             let response = try await EtcdClient.offThread { try client.txn(request) }
             if response.succeeded {
-                try await waitUntilApplied(response.header.revision, timeout: options.requestTimeout)
+                if response.changedKeys {
+                    try await waitUntilApplied(response.header.revision, timeout: options.requestTimeout)
+                } else {
+                    // Every operation deleted a key etcd did not have: etcd made no revision, and
+                    // the one in the answer, its newest, may belong to another prefix, which this
+                    // watch never delivers.
+                    try await waitUntilAbsent(request.success, timeout: options.requestTimeout)
+                }
                 return
             }
-            // A key read changed after the revision it was read at: wait for the change to be
-            // applied here, then read and try again; past a few conflicts, also pause a little.
-            try await waitUntilApplied(response.header.revision, timeout: options.requestTimeout)
+            // A key read changed after the revision it was read at: wait for a change of the
+            // prefix after that revision to be applied here, then read and try again (until the
+            // one that conflicted is); past a few conflicts, also pause a little. Not for etcd's
+            // newest revision, in the answer: it may belong to another prefix, which this watch
+            // never delivers (only a progress notification, every 10 minutes by default, would).
+            try await waitUntilApplied(
+                min(response.header.revision, transaction.revision + 1), timeout: options.requestTimeout)
             if attempt > 3 { try await Task.sleep(for: .milliseconds(Int.random(in: 0...min(attempt, 20)))) }
         }
         throw EtcdMirrorError.tooManyConflicts(attempts: max(options.maxAttempts, 1))
@@ -386,6 +404,24 @@ public final class EtcdMirror: Sendable {
                 return nil
             }
             if let outcome { continuation.resume(with: outcome) }
+        }
+    }
+
+    /// Returns once none of the keys that `operations` delete is in the local copy (a deletion
+    /// etcd made before may not be applied here yet); throws
+    /// ``EtcdMirrorError/notAppliedLocally(revision:)`` after `timeout`.
+    private func waitUntilAbsent(_ operations: [EtcdOperation], timeout: Duration) async throws {
+        let names = operations.compactMap { operation -> [UInt8]? in
+            if case .delete(let key) = operation { localName(ofEtcdKey: key) } else { nil }
+        }
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            let applied = appliedRevision
+            let present = try store.core.environment.withRead { transaction in
+                try names.contains { try store.core.encodedValue(named: $0, in: transaction) != nil }
+            }
+            guard present else { return }
+            try await waitUntilApplied(applied + 1, timeout: deadline - .now)
         }
     }
 

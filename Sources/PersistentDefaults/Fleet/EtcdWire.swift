@@ -173,17 +173,41 @@ struct EtcdTxnRequest: Encodable, Sendable {
     var failure: [EtcdOperation] = []
 }
 
-/// `TxnResponse`: whether the comparisons held, and the revision it left.
+/// `TxnResponse`: whether the comparisons held, the revision it left, and whether it made one.
 struct EtcdTxnResponse: Decodable, Sendable {
     var header: EtcdHeader
     var succeeded: Bool
+    /// Whether an operation changed a key (a put, or a delete that found its key): only then did
+    /// etcd make a revision, the header's. Otherwise the header holds etcd's newest, which may
+    /// belong to any prefix.
+    var changedKeys: Bool
 
-    enum CodingKeys: String, CodingKey { case header, succeeded }
+    /// `ResponseOp`: a put's or a delete's answer (`deleted`: how many keys it removed).
+    private struct Operation: Decodable {
+        struct Deletion: Decodable {
+            var deleted: Int64
+
+            enum CodingKeys: String, CodingKey { case deleted }
+
+            init(from decoder: any Decoder) throws {
+                deleted = try decoder.container(keyedBy: CodingKeys.self).decodeInt64(forKey: .deleted)
+            }
+        }
+
+        var deletion: Deletion?
+
+        enum CodingKeys: String, CodingKey { case deletion = "response_delete_range" }
+    }
+
+    enum CodingKeys: String, CodingKey { case header, succeeded, responses }
 
     init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         header = try container.decode(EtcdHeader.self, forKey: .header)
         succeeded = try container.decodeIfPresent(Bool.self, forKey: .succeeded) ?? false
+        let operations = try container.decodeIfPresent([Operation].self, forKey: .responses) ?? []
+        // Every answer but a delete's (a put's) changed its key; without answers, assume one did.
+        changedKeys = operations.isEmpty || operations.contains { ($0.deletion?.deleted ?? 1) > 0 }
     }
 }
 
