@@ -143,9 +143,11 @@ extension PersistentDefaults {
         }
 
         /// Decodes stored bytes; a failure becomes ``PersistentDefaultsError/decodingFailed(key:type:reason:)``.
+        /// A fixed-width value is read straight from its tag only through the type's own codec
+        /// (``decodesInsideRead``): a conversion from `Int` to `Int` must still convert.
         @inlinable
         func decode(_ bytes: UnsafeRawBufferPointer) throws -> Value {
-            if let value = decodeFixedWidth(bytes, as: Value.self) { return value }
+            if decodesInsideRead, let value = decodeFixedWidth(bytes, as: Value.self) { return value }
             do throws(StoredValueError) {
                 return try codec.decode(bytes)
             } catch {
