@@ -151,14 +151,18 @@ extension StoredValue: Codable {
     }
 }
 
-/// Any JSON value, kept exactly enough to write it back: integers stay integers. For the typed
-/// JSON form of ``StoredValue`` and for `pdinspect`.
+/// Any JSON value, kept exactly enough to write it back: integers stay integers, a number with
+/// more digits than a double holds keeps them, and `-0` its sign. For the typed JSON form of
+/// ``StoredValue`` and for `pdinspect`.
 package indirect enum JSONValue: Codable, Sendable, Equatable {
     case null
     case bool(Bool)
     case int(Int64)
     case uint(UInt64)
     case double(Double)
+    /// A number whose digits a double does not hold (a `Decimal` of 25 digits, an integer past
+    /// `UInt64.max`).
+    case decimal(Decimal)
     case string(String)
     case array([JSONValue])
     case object([String: JSONValue])
@@ -169,12 +173,23 @@ package indirect enum JSONValue: Codable, Sendable, Equatable {
             self = .null
         } else if let value = try? container.decode(Bool.self) {
             self = .bool(value)
+        } else if let value = try? container.decode(Double.self), value == 0, value.sign == .minus {
+            // Before the integers, which read `-0` as 0.
+            self = .double(value)
         } else if let value = try? container.decode(Int64.self) {
             self = .int(value)
         } else if let value = try? container.decode(UInt64.self) {
             self = .uint(value)
         } else if let value = try? container.decode(Double.self) {
-            self = .double(value)
+            // `Decimal` reads a number's digits (up to 38) as written; when the double's shortest
+            // form says something else, the double lost digits.
+            if let decimal = try? container.decode(Decimal.self), decimal.isFinite,
+                Decimal(string: "\(value)") != decimal
+            {
+                self = .decimal(decimal)
+            } else {
+                self = .double(value)
+            }
         } else if let value = try? container.decode(String.self) {
             self = .string(value)
         } else if let value = try? container.decode([JSONValue].self) {
@@ -192,6 +207,7 @@ package indirect enum JSONValue: Codable, Sendable, Equatable {
         case .int(let value): try container.encode(value)
         case .uint(let value): try container.encode(value)
         case .double(let value): try container.encode(value)
+        case .decimal(let value): try container.encode(value)
         case .string(let value): try container.encode(value)
         case .array(let value): try container.encode(value)
         case .object(let value): try container.encode(value)
