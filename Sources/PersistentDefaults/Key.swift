@@ -1,3 +1,8 @@
+import Foundation
+// The standard library's reflection SPI: `_forEachField`, to tell from a value type alone
+// whether its values can hold class instances (`holdsOnlyValues`).
+@_spi(Reflection) import Swift
+
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Darwin)
@@ -110,10 +115,12 @@ extension PersistentDefaults {
         /// value type whose decoding is user code (`Codable`, `RawRepresentable`, a conversion):
         /// while the store holds those bytes, a read returns that value and a `set` compares
         /// with it, instead of decoding them again (a JSON read is mostly its decoding; a JSON
-        /// set spent 40 % of its instructions decoding the old value). Nil for other types
-        /// (the library decodes its own in place; a class's instances, or optionals of them, are
-        /// not shared between readers); only encodings of at most ``rememberedLimit`` bytes are
-        /// kept.
+        /// set spent 40 % of its instructions decoding the old value). Nil for other types: the
+        /// library decodes its own in place, and a type whose values may hold a class instance
+        /// anywhere (``holdsOnlyValues(_:)``) is decoded on every read, since every reader of the
+        /// remembered value would share the instance — and the caller's changes to one it set:
+        /// one reader's change would alter what later reads return, and a set compare equal to
+        /// it. Only encodings of at most ``rememberedLimit`` bytes are kept.
         let lastKnown: Locked<(bytes: [UInt8], value: Value)?>?
         /// The largest encoding ``lastKnown`` keeps: a larger one would double the memory its
         /// value takes, for the life of the key.
@@ -131,14 +138,16 @@ extension PersistentDefaults {
             self.shouldRemove = shouldRemove
             self.shouldOverwrite = shouldOverwrite
             isEqual = equality(of: Value.self)
-            lastKnown = codec.runsUserCode && !isClassInstance(Value.self) ? Locked(nil) : nil
+            lastKnown = codec.runsUserCode && holdsOnlyValues(Value.self) ? Locked(nil) : nil
             super.init(name: name)
         }
 
         /// Decodes stored bytes; a failure becomes ``PersistentDefaultsError/decodingFailed(key:type:reason:)``.
+        /// A fixed-width value is read straight from its tag only through the type's own codec
+        /// (``decodesInsideRead``): a conversion from `Int` to `Int` must still convert.
         @inlinable
         func decode(_ bytes: UnsafeRawBufferPointer) throws -> Value {
-            if let value = decodeFixedWidth(bytes, as: Value.self) { return value }
+            if decodesInsideRead, let value = decodeFixedWidth(bytes, as: Value.self) { return value }
             do throws(StoredValueError) {
                 return try codec.decode(bytes)
             } catch {
@@ -246,19 +255,100 @@ func equality<Value>(of _: Value.Type) -> ((Value, Value) -> Bool)? {
     public typealias SendableMetatype = Any
 #endif
 
-/// Whether values of `type` are class instances, or optionals of them: ``PersistentDefaults/Key/lastKnown``
-/// does not hand one instance to every reader.
-private func isClassInstance(_ type: Any.Type) -> Bool {
-    if type is AnyObject.Type { return true }
-    guard let optional = type as? any OptionalWrapping.Type else { return false }
-    return isClassInstance(optional.wrappedType)
+/// Whether no value of `type` can hold a class instance, found from the type alone: its stored
+/// fields, through structs, tuples, optionals, arrays, sets and dictionaries, are all of types
+/// without references (`_isPOD`) or of the standard library's and Foundation's value types whose
+/// storage is a class (`String`, `Data`, `URL`, …). Conservative: a class, an existential, a
+/// closure, an enum with a payload that holds references (its payloads are not listed) or a
+/// collection type not named here counts as holding instances. Worked out once per type.
+func holdsOnlyValues(_ type: Any.Type) -> Bool {
+    let id = ObjectIdentifier(type)
+    if let known = valueOnlyTypes.withLock({ $0[id] }) { return known }
+    // The walk runs no user code (it reads type metadata), but it is not run under the lock.
+    var visiting: Set<ObjectIdentifier> = []
+    let verdict = kindOf(type).map { holdsOnlyValues(type, kind: $0, visiting: &visiting) } ?? false
+    valueOnlyTypes.withLock { $0[id] = verdict }
+    return verdict
 }
 
-/// An `Optional` type, for ``isClassInstance(_:)`` to look inside.
-private protocol OptionalWrapping {
-    static var wrappedType: Any.Type { get }
+/// ``holdsOnlyValues(_:)`` of each type asked about.
+private let valueOnlyTypes = Locked<[ObjectIdentifier: Bool]>([:])
+
+/// The value types of the standard library and Foundation that keep their storage in a class
+/// they never share for writing (copy on write or immutable storage).
+private let valueTypesWithStorage: Set<ObjectIdentifier> = [
+    ObjectIdentifier(String.self), ObjectIdentifier(Substring.self), ObjectIdentifier(Character.self),
+    ObjectIdentifier(Data.self), ObjectIdentifier(URL.self), ObjectIdentifier(Locale.self),
+    ObjectIdentifier(TimeZone.self), ObjectIdentifier(Calendar.self),
+]
+
+/// `holdsOnlyValues` of a type of the metadata kind `kind`; `visiting` holds the structs being
+/// walked, so that a recursive type (a struct with an array of itself) ends: the walk is a
+/// conjunction, so assuming the type holds only values there decides nothing by itself.
+private func holdsOnlyValues(_ type: Any.Type, kind: _MetadataKind, visiting: inout Set<ObjectIdentifier>) -> Bool {
+    if isTrivial(type) || valueTypesWithStorage.contains(ObjectIdentifier(type)) { return true }
+    if let container = type as? any ValueContainer.Type {
+        return container.elementTypes.allSatisfy { element in
+            kindOf(element).map { holdsOnlyValues(element, kind: $0, visiting: &visiting) } ?? false
+        }
+    }
+    // `_forEachField` only for the kinds it lists fields of without a value (it dereferences
+    // one for an existential); an enum's payloads are not fields.
+    guard kind == .struct || kind == .tuple else { return false }
+    guard visiting.insert(ObjectIdentifier(type)).inserted else { return true }
+    var fields: [(type: Any.Type, kind: _MetadataKind)] = []
+    let listed = _forEachField(of: type, options: []) { _, _, field, kind in
+        fields.append((field, kind))
+        return true
+    }
+    return listed && fields.allSatisfy { holdsOnlyValues($0.type, kind: $0.kind, visiting: &visiting) }
 }
 
-extension Optional: OptionalWrapping {
-    fileprivate static var wrappedType: Any.Type { Wrapped.self }
+/// Whether `T`'s values hold no reference at all (the runtime's "plain old data").
+private func isTrivial<T>(_: T.Type) -> Bool { _isPOD(T.self) }
+
+/// The metadata kind of `T` (struct, enum, class, existential, …), as the kind of the one field
+/// of a `Field<T>`; nil if the runtime lists none.
+private func kindOf<T>(_: T.Type) -> _MetadataKind? {
+    var kind: _MetadataKind?
+    _ = _forEachField(of: Field<T>.self, options: []) { _, _, _, fieldKind in
+        kind = fieldKind
+        return false
+    }
+    return kind
+}
+
+/// A struct with one field of type `T`, through which ``kindOf(_:)`` learns `T`'s kind.
+private struct Field<T> {
+    var value: T
+}
+
+/// A standard library container, for ``holdsOnlyValues(_:)`` to look inside: its elements are
+/// held by value in storage that copies on write.
+private protocol ValueContainer {
+    static var elementTypes: [Any.Type] { get }
+}
+
+extension Optional: ValueContainer {
+    fileprivate static var elementTypes: [Any.Type] { [Wrapped.self] }
+}
+
+extension Array: ValueContainer {
+    fileprivate static var elementTypes: [Any.Type] { [Element.self] }
+}
+
+extension ContiguousArray: ValueContainer {
+    fileprivate static var elementTypes: [Any.Type] { [Element.self] }
+}
+
+extension ArraySlice: ValueContainer {
+    fileprivate static var elementTypes: [Any.Type] { [Element.self] }
+}
+
+extension Set: ValueContainer {
+    fileprivate static var elementTypes: [Any.Type] { [Element.self] }
+}
+
+extension Dictionary: ValueContainer {
+    fileprivate static var elementTypes: [Any.Type] { [Key.self, Value.self] }
 }

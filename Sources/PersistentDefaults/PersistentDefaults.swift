@@ -183,6 +183,9 @@ public final class PersistentDefaults: Sendable {
         let fresh = try core.encode(value, for: key)
         // Before joining a group commit: a value over the limit must fail this call only.
         try core.checkSize(fresh, of: key.name)
+        if key.shouldRemove != nil || key.shouldOverwrite != nil {
+            return try setAskingHooks(value, encoded: fresh, for: key)
+        }
         // A type whose decoding is the user's code is compared with the stored value here, not in
         // the transaction, where its `init(from:)` would run under LMDB's writer lock (and, in a
         // group commit, for other threads' writes too) and could not write the store.
@@ -202,6 +205,42 @@ public final class PersistentDefaults: Sendable {
         // The store holds `encoded` now (or holds it no longer, which `equalStoredForm` notices by
         // the bytes): when those are `value`'s own bytes, the next set need not decode them.
         if !decodesInTransaction, encoded == fresh { key.remember(fresh, encoding: value) }
+    }
+
+    /// `set` of a key type's value. Its hooks are the user's code, and `shouldOverwrite` compares
+    /// with the stored value, which the user's code decodes: all of it runs here, on the
+    /// caller's thread with nothing of the store held, not in the write transaction (under
+    /// LMDB's writer lock, in a group commit for other threads' sets too, where a decoder's own
+    /// write threw `nestedWrite`). The transaction then writes only while the key still holds
+    /// the bytes the hook was asked about; when a commit changed them meanwhile, it writes
+    /// nothing and the hook is asked again about the new bytes.
+    private func setAskingHooks<Value>(_ value: Value, encoded fresh: [UInt8], for key: Key<Value>) throws {
+        if key.shouldRemove?(value) == true || (key.removesNil && fresh == [StoredValue.Tag.null.rawValue]) {
+            return try writeOne(sizeHint: 0) { try $0.remove(key) }
+        }
+        let applied = Locked(false)
+        var encoded = fresh
+        repeat {
+            var stored: [UInt8]?
+            var held: Value?
+            try core.readValue(of: key) { bytes in
+                guard let bytes else { return }
+                held = key.knownValue(of: bytes)
+                stored = Array(bytes)
+            }
+            // Nothing stored, or bytes that do not decode: written without asking (as before).
+            if let shouldOverwrite = key.shouldOverwrite, let stored,
+                let old = held ?? (try? key.decodeRemembering(stored)), !shouldOverwrite(old, value)
+            {
+                return
+            }
+            encoded = key.decodesInsideRead ? fresh : try equalStoredForm(of: value, encoded: fresh, for: key) ?? fresh
+            try writeOne(sizeHint: encoded.count) { [encoded, expected = stored] transaction in
+                let wrote = try transaction.replace(key, with: encoded, ifHolding: expected)
+                applied.withLock { $0 = wrote }
+            }
+        } while !applied.withLock({ $0 })
+        if !key.decodesInsideRead, encoded == fresh { key.remember(fresh, encoding: value) }
     }
 
     /// The stored bytes of `key` when they differ from `encoded` but decode to a value equal to

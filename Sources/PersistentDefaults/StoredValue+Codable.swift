@@ -9,9 +9,10 @@ import Foundation
 /// ```
 ///
 /// `type` is a tag name (``StoredValue/Tag``); `value` is: data as base64, a date as seconds
-/// since 1970, a URL or UUID as a string, a json value embedded as JSON, null as `null`. With
-/// `JSONEncoder`'s default strategy a non-finite double does not encode; ``typedJSON`` writes
-/// the strings `inf`, `-inf` and `nan`, and ``init(typedJSON:)`` reads them.
+/// since 1970 (in the decimal digits that give back the same date), a URL or UUID as a string,
+/// a json value embedded as JSON, null as `null`. With `JSONEncoder`'s default strategy a
+/// non-finite double does not encode; ``typedJSON`` writes the strings `inf`, `-inf` and `nan`,
+/// and ``init(typedJSON:)`` reads them.
 extension StoredValue: Codable {
     private enum CodingKeys: String, CodingKey {
         case type, value
@@ -29,7 +30,12 @@ extension StoredValue: Codable {
         case .double(let double): try container.encode(double, forKey: .value)
         case .string(let string): try container.encode(string, forKey: .value)
         case .data(let data): try container.encode(data.base64EncodedString(), forKey: .value)
-        case .date(let date): try container.encode(date.timeIntervalSince1970, forKey: .value)
+        case .date(let date):
+            if let seconds = Self.exactSecondsSince1970(of: date) {
+                try container.encode(seconds, forKey: .value)
+            } else {
+                try container.encode(date.timeIntervalSince1970, forKey: .value)
+            }
         case .url(let url): try container.encode(url.absoluteString, forKey: .value)
         case .uuid(let uuid): try container.encode(uuid.uuidString, forKey: .value)
         case .json(let text):
@@ -67,7 +73,14 @@ extension StoredValue: Codable {
         case .data:
             guard let data = Data(base64Encoded: try text()) else { throw invalid("base64 data") }
             self = .data(data)
-        case .date: self = .date(Date(timeIntervalSince1970: try container.decode(Double.self, forKey: .value)))
+        case .date:
+            if let seconds = try? container.decode(Decimal.self, forKey: .value),
+                let date = Self.date(secondsSince1970: seconds)
+            {
+                self = .date(date)
+            } else {
+                self = .date(Date(timeIntervalSince1970: try container.decode(Double.self, forKey: .value)))
+            }
         case .url:
             guard let url = URL(string: try text()) else { throw invalid("a URL") }
             self = .url(url)
@@ -76,6 +89,33 @@ extension StoredValue: Codable {
             self = .uuid(uuid)
         case .json: self = .json(try container.decode(JSONValue.self, forKey: .value).text)
         }
+    }
+
+    /// Seconds from 1970 to 2001, as `Date` counts them.
+    private static let secondsFrom1970To2001 = Decimal(978_307_200)
+
+    /// The seconds since 1970 of `date` in decimal digits from which ``date(secondsSince1970:)``
+    /// gives back the date's own double (seconds since 2001): `timeIntervalSince1970`, a
+    /// `Double`, has about half the precision of a date near 2001 (`0.1` s after 2001 read back
+    /// as 0.100000023841858). Nil when the digits need more than `Decimal` holds (a date within
+    /// 10⁻²⁰ s of 2001): the double is written then.
+    private static func exactSecondsSince1970(of date: Date) -> Decimal? {
+        let reference = date.timeIntervalSinceReferenceDate
+        guard reference.isFinite, let decimal = Decimal(string: "\(reference)") else { return nil }
+        let seconds = decimal + secondsFrom1970To2001
+        guard let back = Self.date(secondsSince1970: seconds),
+            back.timeIntervalSinceReferenceDate.bitPattern == reference.bitPattern
+        else { return nil }
+        return seconds
+    }
+
+    /// The date `seconds` after 1970, rounded once to the nearest double since 2001 (through the
+    /// decimal text, which `Double(_:)` rounds correctly); nil when it is not finite.
+    private static func date(secondsSince1970 seconds: Decimal) -> Date? {
+        guard seconds.isFinite, let reference = Double((seconds - secondsFrom1970To2001).description),
+            reference.isFinite
+        else { return nil }
+        return Date(timeIntervalSinceReferenceDate: reference)
     }
 
     /// Parses the typed JSON form (`{"type":"int","value":300}`); throws with a one-line reason.
@@ -111,14 +151,18 @@ extension StoredValue: Codable {
     }
 }
 
-/// Any JSON value, kept exactly enough to write it back: integers stay integers. For the typed
-/// JSON form of ``StoredValue`` and for `pdinspect`.
+/// Any JSON value, kept exactly enough to write it back: integers stay integers, a number with
+/// more digits than a double holds keeps them, and `-0` its sign. For the typed JSON form of
+/// ``StoredValue`` and for `pdinspect`.
 package indirect enum JSONValue: Codable, Sendable, Equatable {
     case null
     case bool(Bool)
     case int(Int64)
     case uint(UInt64)
     case double(Double)
+    /// A number whose digits a double does not hold (a `Decimal` of 25 digits, an integer past
+    /// `UInt64.max`).
+    case decimal(Decimal)
     case string(String)
     case array([JSONValue])
     case object([String: JSONValue])
@@ -129,12 +173,23 @@ package indirect enum JSONValue: Codable, Sendable, Equatable {
             self = .null
         } else if let value = try? container.decode(Bool.self) {
             self = .bool(value)
+        } else if let value = try? container.decode(Double.self), value == 0, value.sign == .minus {
+            // Before the integers, which read `-0` as 0.
+            self = .double(value)
         } else if let value = try? container.decode(Int64.self) {
             self = .int(value)
         } else if let value = try? container.decode(UInt64.self) {
             self = .uint(value)
         } else if let value = try? container.decode(Double.self) {
-            self = .double(value)
+            // `Decimal` reads a number's digits (up to 38) as written; when the double's shortest
+            // form says something else, the double lost digits.
+            if let decimal = try? container.decode(Decimal.self), decimal.isFinite,
+                Decimal(string: "\(value)") != decimal
+            {
+                self = .decimal(decimal)
+            } else {
+                self = .double(value)
+            }
         } else if let value = try? container.decode(String.self) {
             self = .string(value)
         } else if let value = try? container.decode([JSONValue].self) {
@@ -152,6 +207,7 @@ package indirect enum JSONValue: Codable, Sendable, Equatable {
         case .int(let value): try container.encode(value)
         case .uint(let value): try container.encode(value)
         case .double(let value): try container.encode(value)
+        case .decimal(let value): try container.encode(value)
         case .string(let value): try container.encode(value)
         case .array(let value): try container.encode(value)
         case .object(let value): try container.encode(value)

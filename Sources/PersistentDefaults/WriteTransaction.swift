@@ -542,6 +542,23 @@ public final class WriteTransaction: StoreView {
         return next
     }
 
+    /// Writes `bytes` for `key` when the key holds `expected` in this transaction (nil: it is
+    /// not stored), as `replace` does, and returns true; else writes nothing and returns false.
+    /// For a `set` whose hooks were asked about `expected` before the transaction began.
+    func replace(_ key: PersistentDefaults.Keys, with bytes: [UInt8], ifHolding expected: [UInt8]?) throws -> Bool {
+        let transaction = try live()
+        let position = try touchedPosition(of: key, in: transaction)
+        let holds =
+            if let expected {
+                expected.withUnsafeBytes { values.holds(touched.new(at: position), $0) }
+            } else {
+                values.holds(touched.new(at: position), nil)
+            }
+        guard holds else { return false }
+        try replace(key, with: bytes, in: transaction, at: position)
+        return true
+    }
+
     /// Writes `bytes` (nil removes) unless they equal what the transaction already holds; every
     /// write of a value goes through here, so the size limit is checked here.
     /// `position`, when known, is the key's place in `touched`.

@@ -20,6 +20,25 @@ private struct Frame: Codable, Equatable, Sendable {
     }
 }
 
+/// A key type for the same stored key as `frame`: its hooks compare values.
+private struct FrameKey: CodableDefaultsKey {
+    static let defaultValue = Frame(x: 0)
+}
+
+extension PersistentDefaultsKey where Self == FrameKey {
+    fileprivate static var frameType: Self { Self() }
+}
+
+/// A key type that keeps the highest `x` set.
+private struct RisingFrameKey: PersistentDefaultsKey {
+    static let defaultValue = Frame(x: 0)
+    static func shouldOverwrite(_ oldValue: Frame, _ newValue: Frame) -> Bool { newValue.x > oldValue.x }
+}
+
+extension PersistentDefaultsKey where Self == RisingFrameKey {
+    fileprivate static var risingFrame: Self { Self() }
+}
+
 /// A Codable type's `init(from:)` is the user's code, which may write the store (README). A
 /// `set` of an Equatable one decoded the stored value inside its write transaction, to tell an
 /// equal value stored in other bytes (JSON has no fixed order): there the decoder's write threw
@@ -29,9 +48,13 @@ private struct Frame: Codable, Equatable, Sendable {
     fileprivate static let frame = PersistentDefaults.Key<Frame>("frame", default: Frame(x: 0))
     static let decodes = PersistentDefaults.Key<Int>("decodes", default: 0)
 
-    /// Sets `frame` from `threads` threads at once while each decoding of a `Frame` increments
-    /// `decodes` in a write of its own: no set, and no write of a decoder, may fail.
-    private func setWhileDecodingWrites(threads: Int) throws {
+    /// Sets `frame` from `threads` threads at once (with `set`, by default the key's own) while
+    /// each decoding of a `Frame` increments `decodes` in a write of its own: no set, and no
+    /// write of a decoder, may fail.
+    private func setWhileDecodingWrites(
+        threads: Int,
+        set: @Sendable (PersistentDefaults, Frame) throws -> Void = { try $0.set($1, for: Self.frame) }
+    ) throws {
         try withTemporaryStore { store, _, log throws in
             // Stored by a transaction, which the next set does not know the value of: it decodes.
             try store.write { $0[Self.frame] = Frame(x: 1) }
@@ -47,7 +70,7 @@ private struct Frame: Codable, Equatable, Sendable {
             }
             DispatchQueue.concurrentPerform(iterations: threads) { index in
                 do {
-                    try store.set(Frame(x: 2 + index), for: Self.frame)
+                    try set(store, Frame(x: 2 + index))
                 } catch {
                     errors.withLock { $0.append("\(error)") }
                 }
@@ -66,6 +89,40 @@ private struct Frame: Codable, Equatable, Sendable {
 
     @Test func decodersThatWriteDuringConcurrentDurableSetsSucceed() throws {
         try setWhileDecodingWrites(threads: 8)
+    }
+
+    /// A key type's `shouldOverwrite` hook compares with the stored value: its set decoded that
+    /// value — the conversion and the type's `init(from:)` — inside the write transaction, where
+    /// the decoder's write threw `nestedWrite` (1 of 1 set; with 8 threads, in every run), and
+    /// ran the hooks there, under LMDB's writer lock, for other threads' sets of a group commit.
+    @Test func aKeyTypesDecoderThatWritesTheStoreDuringASetSucceeds() throws {
+        try setWhileDecodingWrites(threads: 1) { try $0.set($1, for: .frameType) }
+    }
+
+    @Test func keyTypeDecodersThatWriteDuringConcurrentDurableSetsSucceed() throws {
+        try setWhileDecodingWrites(threads: 8) { try $0.set($1, for: .frameType) }
+    }
+
+    /// The hooks are asked before the transaction, about the bytes stored then: when a commit
+    /// changes them in between (here the decoding of the stored value commits a higher one),
+    /// the set asks again, and a `shouldOverwrite` that keeps the highest value keeps it.
+    @Test func aKeyTypesHookIsAskedAgainWhenTheValueChangedBeforeTheWrite() throws {
+        try withTemporaryStore { store, _, log throws in
+            try store.write { $0[.risingFrame] = Frame(x: 10) }
+            let fired = Guarded(false)
+            frameDecodingHook.withLock {
+                $0 = {
+                    guard !fired.withLock({ $0 }) else { return }
+                    fired.withLock { $0 = true }
+                    try? store.write { $0[.risingFrame] = Frame(x: 100) }
+                }
+            }
+            defer { frameDecodingHook.withLock { $0 = nil } }
+            try store.set(Frame(x: 50), for: .risingFrame)
+            #expect(fired.withLock { $0 })
+            #expect(store[.risingFrame] == Frame(x: 100))
+            #expect(log.all.isEmpty, "\(log.all)")
+        }
     }
 
     /// Counts the decodings of `Frame` while `body` runs.
