@@ -350,7 +350,7 @@ extension FloatingStorable {
         // 2^53 + 1 is no Double, and `Self(value)` would read it as 2^53.
         let converted: Self? =
             switch stored {
-            case .double(let value): Self(value)
+            case .double(let value): Self.holding(value)
             case .int(let value): Self(exactly: value)
             case .uint(let value): Self(exactly: value)
             default: nil
@@ -362,7 +362,18 @@ extension FloatingStorable {
     func storedValue() -> StoredValue { .double(Double(self)) }
 
     @inline(__always)
-    static func decodeDirectly(_ bytes: UnsafeRawBufferPointer) -> Self? { fixedDouble(bytes).map { Self($0) } }
+    static func decodeDirectly(_ bytes: UnsafeRawBufferPointer) -> Self? { fixedDouble(bytes).flatMap(holding) }
+
+    /// `value` rounded to this type; nil when the rounding loses the value itself: a finite
+    /// Double beyond a `Float`'s range becomes infinite, a non-zero one below it zero (a Double
+    /// key changed to a `Float` read 1e300 as `inf`, unreported).
+    @inline(__always)
+    static func holding(_ value: Double) -> Self? {
+        let converted = Self(value)
+        if converted.isInfinite, value.isFinite { return nil }
+        if converted == 0, value != 0 { return nil }
+        return converted
+    }
 }
 
 extension Double: FloatingStorable {}
