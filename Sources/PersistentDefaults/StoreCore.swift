@@ -56,6 +56,8 @@ final class StoreCore: Sendable {
             environment.close()
             throw error
         }
+        // Only once the directory holds a store this library reads: a refused open adds no file.
+        environment.attachWakeChannel()
         if case .bounded(let interval) = options.durability, !options.readOnly {
             flusher = Flusher(environment: environment, interval: interval, reporter: reporter)
         } else {

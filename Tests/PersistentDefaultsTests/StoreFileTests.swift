@@ -139,6 +139,34 @@ private func mode(_ path: String) throws -> Int {
         }
     }
 
+    /// A refused open created the wake-up channel's `notify` file (20 KiB) before it looked at the
+    /// databases: in a foreign LMDB environment, in a store of a newer format, and in an empty
+    /// environment opened with `createIfMissing = false`. The directory keeps the files it had.
+    @Test func aRefusedOpenAddsNoFileToTheDirectory() throws {
+        try withTemporaryDirectory { base throws in
+            let foreign = base + "/foreign"
+            try FileManager.default.createDirectory(atPath: foreign, withIntermediateDirectories: true)
+            try rawLMDBPut(foreign, [RawLMDBEntry(database: "other", key: Array("k".utf8), value: [1])])
+            let newer = base + "/newer"
+            do { _ = try PersistentDefaults(path: newer) }
+            try FileManager.default.removeItem(atPath: newer + "/notify")
+            try rawLMDBPut(
+                newer, [RawLMDBEntry(database: "meta", key: Array("format-version".utf8), value: [0, 0, 0, 2])])
+            let empty = base + "/empty"
+            try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: true)
+            try rawLMDBPut(empty, [])
+            var existingOnly = PersistentDefaults.Options()
+            existingOnly.createIfMissing = false
+            for (path, options) in [(foreign, PersistentDefaults.Options()), (newer, .init()), (empty, existingOnly)] {
+                let before = try FileManager.default.contentsOfDirectory(atPath: path).sorted()
+                let data = fileBytes(path + "/data.mdb")
+                #expect(throws: PersistentDefaultsError.self) { try PersistentDefaults(path: path, options: options) }
+                #expect(try FileManager.default.contentsOfDirectory(atPath: path).sorted() == before, "\(path)")
+                #expect(fileBytes(path + "/data.mdb") == data)
+            }
+        }
+    }
+
     @Test func aNewerFormatVersionIsRefused() throws {
         try withTemporaryDirectory { path throws in
             do { _ = try PersistentDefaults(path: path) }
