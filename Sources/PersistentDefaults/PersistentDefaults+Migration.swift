@@ -28,7 +28,10 @@ extension PersistentDefaults {
     /// A store already at `version` is only read, so a read-only open gets false too. If `body`
     /// throws, nothing is written and the version stays where it was. The store records
     /// the version as a `UInt32`: a larger one throws
-    /// ``PersistentDefaultsError/encodingFailed(key:type:reason:)`` before anything runs.
+    /// ``PersistentDefaultsError/encodingFailed(key:type:reason:)`` before anything runs. A
+    /// recorded version that is not 4 bytes (another tool wrote it) throws
+    /// ``PersistentDefaultsError/decodingFailed(key:type:reason:)``, here and in
+    /// ``migrationVersion()``, and nothing runs.
     @discardableResult
     public func migrate(to version: Int, _ description: String = "", _ body: (WriteTransaction) throws -> Void)
         throws -> Bool
@@ -84,10 +87,19 @@ extension StoreCore {
     /// Meta keys of the migration records: this prefix and the version as 10 decimal digits.
     static let migrationPrefix = Array("migration/".utf8)
 
+    /// Throws ``PersistentDefaultsError/decodingFailed(key:type:reason:)`` when the stored version
+    /// is not 4 bytes (another tool wrote it): read anyway, its bytes would give another version,
+    /// and migrations would be skipped or run again.
     func migrationVersion(in transaction: Transaction) throws -> Int {
         try Self.migrationVersionKey.withUnsafeBytes { key in
             try transaction.withValue(databases.meta, key) { bytes in
-                bytes.map { Int(UInt32(bigEndianBytes: $0)) } ?? 0
+                guard let bytes else { return 0 }
+                guard bytes.count == 4 else {
+                    throw PersistentDefaultsError.decodingFailed(
+                        key: String(decoding: Self.migrationVersionKey, as: UTF8.self), type: "UInt32",
+                        reason: "the migration version in meta has \(bytes.count) bytes, not 4")
+                }
+                return Int(UInt32(bigEndianBytes: bytes))
             }
         }
     }

@@ -44,6 +44,29 @@ private struct NicknameKey: PersistentDefaultsKey { static let defaultValue: Str
         }
     }
 
+    /// A `migration-version` that is not 4 bytes (another tool wrote `"2"`, or `00 00 00 00 02`) was
+    /// read as whatever its bytes shifted into: `"2"` (0x32) as version 50, so `migrate(to: 2)`
+    /// returned false and the migrations up to 50 never ran; five bytes read as their last four.
+    /// It is refused with `decodingFailed`, and nothing runs or is written.
+    @Test func aMalformedMigrationVersionIsAnErrorNotAnotherVersion() throws {
+        let counter = PersistentDefaults.Key<Int>("counter", default: 0)
+        for malformed in [Array("2".utf8), [0, 0, 0, 0, 2], []] {
+            try withTemporaryDirectory { path in
+                do { _ = try PersistentDefaults(path: path) }
+                try rawLMDBPut(
+                    path, [RawLMDBEntry(database: "meta", key: Array("migration-version".utf8), value: malformed)])
+                let store = try PersistentDefaults(path: path)
+                let sequence = try store.lastSequence()
+                #expect(throws: PersistentDefaultsError.self, "\(malformed)") { try store.migrationVersion() }
+                #expect(throws: PersistentDefaultsError.self, "\(malformed)") {
+                    try store.migrate(to: 2) { tx in tx[counter] += 1 }
+                }
+                #expect(store[counter] == 0)
+                #expect(try store.lastSequence() == sequence)
+            }
+        }
+    }
+
     @Test func anIntegerThatADoubleCannotHoldDoesNotReadAsAnotherNumber() throws {
         let store = try PersistentDefaults.temporary()
         let big: Int64 = (1 << 53) + 1
