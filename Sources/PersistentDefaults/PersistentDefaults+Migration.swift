@@ -66,13 +66,21 @@ extension PersistentDefaults {
     }
 
     /// Every migration recorded in the store, oldest first.
+    ///
+    /// Throws ``PersistentDefaultsError/decodingFailed(key:type:reason:)`` naming the record's
+    /// `meta` key when a record does not decode (another tool wrote it).
     public func migrations() throws -> [MigrationRecord] {
         try core.environment.withRead { transaction in
             var records: [MigrationRecord] = []
             try StoreCore.migrationPrefix.withUnsafeBytes { start in
                 try transaction.forEach(core.databases.meta, from: start) { key, value in
                     guard key.starts(with: StoreCore.migrationPrefix) else { return false }
-                    records.append(try JSONDecoder().decode(MigrationRecord.self, from: Data(value)))
+                    do {
+                        records.append(try JSONDecoder().decode(MigrationRecord.self, from: Data(value)))
+                    } catch {
+                        throw PersistentDefaultsError.decodingFailed(
+                            key: String(decoding: key, as: UTF8.self), type: "MigrationRecord", reason: "\(error)")
+                    }
                     return true
                 }
             }

@@ -67,6 +67,24 @@ private struct NicknameKey: PersistentDefaultsKey { static let defaultValue: Str
         }
     }
 
+    /// A migration record that is not one (another tool wrote `migration/0000000002`) made
+    /// `migrations()` throw Foundation's `DecodingError`, which no `catch PersistentDefaultsError`
+    /// catches; it is `decodingFailed` naming the record's key.
+    @Test func aMalformedMigrationRecordIsAPersistentDefaultsError() throws {
+        try withTemporaryDirectory { path in
+            do { try PersistentDefaults(path: path).migrate(to: 1) { _ in } }
+            try rawLMDBPut(
+                path, [RawLMDBEntry(database: "meta", key: Array("migration/0000000002".utf8), value: Array("{".utf8))])
+            let store = try PersistentDefaults(path: path)
+            #expect {
+                try store.migrations()
+            } throws: { error in
+                guard case PersistentDefaultsError.decodingFailed(let key, _, _) = error else { return false }
+                return key == "migration/0000000002"
+            }
+        }
+    }
+
     @Test func anIntegerThatADoubleCannotHoldDoesNotReadAsAnotherNumber() throws {
         let store = try PersistentDefaults.temporary()
         let big: Int64 = (1 << 53) + 1
