@@ -13,10 +13,15 @@ public struct MigrationRecord: Sendable, Equatable, Codable {
 }
 
 extension PersistentDefaults {
-    /// Runs `body` once per store to bring it to `version`, in one write transaction that also
-    /// records the migration in the store; returns false when the store already is at `version`
-    /// or later. Safe to call at every start and from several processes at once: write
-    /// transactions are serialised, so exactly one of them runs `body`.
+    /// Brings the store to `version` once per store: `body`'s changes are committed in one write
+    /// transaction that also records the migration in the store; returns false when the store
+    /// already is at `version` or later. Safe to call at every start and from several processes
+    /// at once: write transactions are serialised, so exactly one of them commits `body`'s changes.
+    ///
+    /// Like ``write(_:)``, `body` runs again, in a new transaction, when its writes need a larger
+    /// map (a migration that writes more than the store holds: 3 runs for 4 MiB in a new store), and
+    /// only the last run commits. Keep effects outside the store (deleting the file whose contents
+    /// `body` imports, a message) for after `migrate` returned true.
     ///
     /// ```swift
     /// try store.migrate(to: 2, "theme became an enum; count was a string") { tx in

@@ -85,6 +85,29 @@ private struct NicknameKey: PersistentDefaultsKey { static let defaultValue: Str
         }
     }
 
+    /// The documentation said `migrate` "runs body once per store"; a body whose writes need a
+    /// larger map runs again (3 runs for 4 MiB in a new 1 MiB map), as `write { }` documents.
+    /// What the store gets is still one migration: one commit of the last run's changes.
+    @Test func aMigrationThatMustGrowTheMapCommitsOnlyItsLastRun() throws {
+        try withTemporaryStore { store, _, _ in
+            let ran = PersistentDefaults.Key<Int>("ran", default: 0)
+            var runs = 0
+            let migrated = try store.migrate(to: 1) { tx in
+                runs += 1
+                tx[ran] += 1
+                for index in 0..<8 {
+                    try tx.set(
+                        Data(count: 512 << 10), for: PersistentDefaults.Key<Data>("blob\(index)", default: Data()))
+                }
+            }
+            #expect(migrated)
+            #expect(runs > 1, "the 4 MiB need a larger map: the case the documentation describes")
+            #expect(store[ran] == 1)
+            #expect(try store.migrations().count == 1)
+            #expect(try store.commits(after: 0).count == 1)
+        }
+    }
+
     @Test func anIntegerThatADoubleCannotHoldDoesNotReadAsAnotherNumber() throws {
         let store = try PersistentDefaults.temporary()
         let big: Int64 = (1 << 53) + 1
