@@ -85,6 +85,8 @@ final class StoreCore: Sendable {
                     throw PersistentDefaultsError.notAStore(
                         path: path, reason: "the LMDB environment has no \"\(Databases.metaName)\" database")
                 }
+                // This open makes the store: the channel's file exists before anyone can open it.
+                environment.attachWakeChannel()
                 return try initialize(transaction)
             }
             let version: UInt32? = try Databases.formatVersionKey.withUnsafeBytes { key in

@@ -104,8 +104,10 @@ final class Environment: @unchecked Sendable {
     /// changed pages; nil when the file cannot be opened for writing (read-only directory or
     /// file, another layout, a platform without futexes), and until ``attachWakeChannel()``.
     /// Set once, by the opening thread before the environment is shared (the store registry's
-    /// lock then orders it before every other thread's read), so it needs no lock.
+    /// lock then orders it before every other thread's read), so it needs no lock; so is
+    /// `attachedWakeChannel`.
     @exclusivity(unchecked) private(set) var wakeChannel: WakeChannel?
+    @exclusivity(unchecked) private var attachedWakeChannel = false
     /// The identity of the open `data.mdb`, which this environment holds open (so no other file
     /// can take its inode number meanwhile): how the store registry tells one store from another.
     let dataFile: FileIdentity
@@ -147,12 +149,16 @@ final class Environment: @unchecked Sendable {
         try clearStaleReadersAtOpen()
     }
 
-    /// Opens the wake-up channel, creating the `notify` file when this open may write. Called once,
-    /// by the opening thread, after the store's databases were checked and before the environment
-    /// is shared: an open refused for what the directory holds (another LMDB environment, a newer
-    /// format) adds no file to it. A read-only open uses an existing file (to wait on it) but
-    /// never creates one.
+    /// Opens the wake-up channel, creating the `notify` file when this open may write; later calls
+    /// do nothing. Called by the opening thread before the environment is shared, once the
+    /// directory is known to hold a store (an open refused for what the directory holds, such as
+    /// another LMDB environment or a newer format, adds no file to it), and by a creating open
+    /// before its creation commits (so no process can open the new store before the file exists:
+    /// it would run without the channel). A read-only open uses an existing file (to wait on it)
+    /// but never creates one.
     func attachWakeChannel() {
+        guard !attachedWakeChannel else { return }
+        attachedWakeChannel = true
         wakeChannel =
             isLockless ? nil : WakeChannel.attach(directory: configuration.path, create: !configuration.readOnly)
     }
