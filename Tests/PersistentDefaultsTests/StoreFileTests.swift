@@ -70,6 +70,24 @@ private func mode(_ path: String) throws -> Int {
         }
     }
 
+    /// A read-only handle opened next to a writable one shares its environment; an `EtcdMirror`
+    /// made on the read-only handle wrote its ownership record to `meta` through it (no etcd is
+    /// needed for that): the read-only open wrote. It throws `readOnly`, as for a read-only store.
+    @Test func aMirrorOnAReadOnlyHandleNextToAWritableOneWritesNothing() throws {
+        try withTemporaryDirectory { path throws in
+            let writer = try PersistentDefaults(path: path)
+            writer[.launchCount] = 1
+            let reader = try PersistentDefaults(path: path, options: readOnlyOptions())
+            let before = fileBytes(path + "/data.mdb")
+            #expect(throws: PersistentDefaultsError.readOnly(path: reader.path)) {
+                try EtcdMirror(
+                    store: reader, endpoints: ["http://127.0.0.1:9"], etcdPrefix: "/fleet/", localPrefix: "fleet.")
+            }
+            #expect(fileBytes(path + "/data.mdb") == before)
+            withExtendedLifetime(writer) {}
+        }
+    }
+
     @Test func pathsThatAreNoStoreGetAClearError() throws {
         try withTemporaryDirectory { path throws in
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
