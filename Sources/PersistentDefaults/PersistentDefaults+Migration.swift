@@ -13,10 +13,15 @@ public struct MigrationRecord: Sendable, Equatable, Codable {
 }
 
 extension PersistentDefaults {
-    /// Runs `body` once per store to bring it to `version`, in one write transaction that also
-    /// records the migration in the store; returns false when the store already is at `version`
-    /// or later. Safe to call at every start and from several processes at once: write
-    /// transactions are serialised, so exactly one of them runs `body`.
+    /// Brings the store to `version` once per store: `body`'s changes are committed in one write
+    /// transaction that also records the migration in the store; returns false when the store
+    /// already is at `version` or later. Safe to call at every start and from several processes
+    /// at once: write transactions are serialised, so exactly one of them commits `body`'s changes.
+    ///
+    /// Like ``write(_:)``, `body` runs again, in a new transaction, when its writes need a larger
+    /// map (a migration that writes more than the store holds: 3 runs for 4 MiB in a new store), and
+    /// only the last run commits. Keep effects outside the store (deleting the file whose contents
+    /// `body` imports, a message) for after `migrate` returned true.
     ///
     /// ```swift
     /// try store.migrate(to: 2, "theme became an enum; count was a string") { tx in
@@ -28,7 +33,10 @@ extension PersistentDefaults {
     /// A store already at `version` is only read, so a read-only open gets false too. If `body`
     /// throws, nothing is written and the version stays where it was. The store records
     /// the version as a `UInt32`: a larger one throws
-    /// ``PersistentDefaultsError/encodingFailed(key:type:reason:)`` before anything runs.
+    /// ``PersistentDefaultsError/encodingFailed(key:type:reason:)`` before anything runs. A
+    /// recorded version that is not 4 bytes (another tool wrote it) throws
+    /// ``PersistentDefaultsError/decodingFailed(key:type:reason:)``, here and in
+    /// ``migrationVersion()``, and nothing runs.
     @discardableResult
     public func migrate(to version: Int, _ description: String = "", _ body: (WriteTransaction) throws -> Void)
         throws -> Bool
@@ -63,13 +71,21 @@ extension PersistentDefaults {
     }
 
     /// Every migration recorded in the store, oldest first.
+    ///
+    /// Throws ``PersistentDefaultsError/decodingFailed(key:type:reason:)`` naming the record's
+    /// `meta` key when a record does not decode (another tool wrote it).
     public func migrations() throws -> [MigrationRecord] {
         try core.environment.withRead { transaction in
             var records: [MigrationRecord] = []
             try StoreCore.migrationPrefix.withUnsafeBytes { start in
                 try transaction.forEach(core.databases.meta, from: start) { key, value in
                     guard key.starts(with: StoreCore.migrationPrefix) else { return false }
-                    records.append(try JSONDecoder().decode(MigrationRecord.self, from: Data(value)))
+                    do {
+                        records.append(try JSONDecoder().decode(MigrationRecord.self, from: Data(value)))
+                    } catch {
+                        throw PersistentDefaultsError.decodingFailed(
+                            key: String(decoding: key, as: UTF8.self), type: "MigrationRecord", reason: "\(error)")
+                    }
                     return true
                 }
             }
@@ -84,10 +100,19 @@ extension StoreCore {
     /// Meta keys of the migration records: this prefix and the version as 10 decimal digits.
     static let migrationPrefix = Array("migration/".utf8)
 
+    /// Throws ``PersistentDefaultsError/decodingFailed(key:type:reason:)`` when the stored version
+    /// is not 4 bytes (another tool wrote it): read anyway, its bytes would give another version,
+    /// and migrations would be skipped or run again.
     func migrationVersion(in transaction: Transaction) throws -> Int {
         try Self.migrationVersionKey.withUnsafeBytes { key in
             try transaction.withValue(databases.meta, key) { bytes in
-                bytes.map { Int(UInt32(bigEndianBytes: $0)) } ?? 0
+                guard let bytes else { return 0 }
+                guard bytes.count == 4 else {
+                    throw PersistentDefaultsError.decodingFailed(
+                        key: String(decoding: Self.migrationVersionKey, as: UTF8.self), type: "UInt32",
+                        reason: "the migration version in meta has \(bytes.count) bytes, not 4")
+                }
+                return Int(UInt32(bigEndianBytes: bytes))
             }
         }
     }

@@ -17,7 +17,9 @@ import Foundation
 /// may open it at once.
 public final class PersistentDefaults: Sendable {
     @usableFromInline let core: StoreCore
-    private let isReadOnly: Bool
+    /// Whether this handle was opened read-only; the store it shares may be writable (another
+    /// handle in this process opened it so), so every write path checks this, not the store's options.
+    let isReadOnly: Bool
 
     /// Opens the store in the directory `path`, creating the directory (mode 0700) and the store
     /// when they are missing, unless `options.readOnly` is set.

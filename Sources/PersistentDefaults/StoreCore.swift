@@ -56,6 +56,8 @@ final class StoreCore: Sendable {
             environment.close()
             throw error
         }
+        // Only once the directory holds a store this library reads: a refused open adds no file.
+        environment.attachWakeChannel()
         if case .bounded(let interval) = options.durability, !options.readOnly {
             flusher = Flusher(environment: environment, interval: interval, reporter: reporter)
         } else {
@@ -83,6 +85,8 @@ final class StoreCore: Sendable {
                     throw PersistentDefaultsError.notAStore(
                         path: path, reason: "the LMDB environment has no \"\(Databases.metaName)\" database")
                 }
+                // This open makes the store: the channel's file exists before anyone can open it.
+                environment.attachWakeChannel()
                 return try initialize(transaction)
             }
             let version: UInt32? = try Databases.formatVersionKey.withUnsafeBytes { key in

@@ -44,6 +44,70 @@ private struct NicknameKey: PersistentDefaultsKey { static let defaultValue: Str
         }
     }
 
+    /// A `migration-version` that is not 4 bytes (another tool wrote `"2"`, or `00 00 00 00 02`) was
+    /// read as whatever its bytes shifted into: `"2"` (0x32) as version 50, so `migrate(to: 2)`
+    /// returned false and the migrations up to 50 never ran; five bytes read as their last four.
+    /// It is refused with `decodingFailed`, and nothing runs or is written.
+    @Test func aMalformedMigrationVersionIsAnErrorNotAnotherVersion() throws {
+        let counter = PersistentDefaults.Key<Int>("counter", default: 0)
+        for malformed in [Array("2".utf8), [0, 0, 0, 0, 2], []] {
+            try withTemporaryDirectory { path in
+                do { _ = try PersistentDefaults(path: path) }
+                try rawLMDBPut(
+                    path, [RawLMDBEntry(database: "meta", key: Array("migration-version".utf8), value: malformed)])
+                let store = try PersistentDefaults(path: path)
+                let sequence = try store.lastSequence()
+                #expect(throws: PersistentDefaultsError.self, "\(malformed)") { try store.migrationVersion() }
+                #expect(throws: PersistentDefaultsError.self, "\(malformed)") {
+                    try store.migrate(to: 2) { tx in tx[counter] += 1 }
+                }
+                #expect(store[counter] == 0)
+                #expect(try store.lastSequence() == sequence)
+            }
+        }
+    }
+
+    /// A migration record that is not one (another tool wrote `migration/0000000002`) made
+    /// `migrations()` throw Foundation's `DecodingError`, which no `catch PersistentDefaultsError`
+    /// catches; it is `decodingFailed` naming the record's key.
+    @Test func aMalformedMigrationRecordIsAPersistentDefaultsError() throws {
+        try withTemporaryDirectory { path in
+            do { try PersistentDefaults(path: path).migrate(to: 1) { _ in } }
+            try rawLMDBPut(
+                path, [RawLMDBEntry(database: "meta", key: Array("migration/0000000002".utf8), value: Array("{".utf8))])
+            let store = try PersistentDefaults(path: path)
+            #expect {
+                try store.migrations()
+            } throws: { error in
+                guard case PersistentDefaultsError.decodingFailed(let key, _, _) = error else { return false }
+                return key == "migration/0000000002"
+            }
+        }
+    }
+
+    /// The documentation said `migrate` "runs body once per store"; a body whose writes need a
+    /// larger map runs again (3 runs for 4 MiB in a new 1 MiB map), as `write { }` documents.
+    /// What the store gets is still one migration: one commit of the last run's changes.
+    @Test func aMigrationThatMustGrowTheMapCommitsOnlyItsLastRun() throws {
+        try withTemporaryStore { store, _, _ in
+            let ran = PersistentDefaults.Key<Int>("ran", default: 0)
+            var runs = 0
+            let migrated = try store.migrate(to: 1) { tx in
+                runs += 1
+                tx[ran] += 1
+                for index in 0..<8 {
+                    try tx.set(
+                        Data(count: 512 << 10), for: PersistentDefaults.Key<Data>("blob\(index)", default: Data()))
+                }
+            }
+            #expect(migrated)
+            #expect(runs > 1, "the 4 MiB need a larger map: the case the documentation describes")
+            #expect(store[ran] == 1)
+            #expect(try store.migrations().count == 1)
+            #expect(try store.commits(after: 0).count == 1)
+        }
+    }
+
     @Test func anIntegerThatADoubleCannotHoldDoesNotReadAsAnotherNumber() throws {
         let store = try PersistentDefaults.temporary()
         let big: Int64 = (1 << 53) + 1

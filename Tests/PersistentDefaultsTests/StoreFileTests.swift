@@ -70,6 +70,24 @@ private func mode(_ path: String) throws -> Int {
         }
     }
 
+    /// A read-only handle opened next to a writable one shares its environment; an `EtcdMirror`
+    /// made on the read-only handle wrote its ownership record to `meta` through it (no etcd is
+    /// needed for that): the read-only open wrote. It throws `readOnly`, as for a read-only store.
+    @Test func aMirrorOnAReadOnlyHandleNextToAWritableOneWritesNothing() throws {
+        try withTemporaryDirectory { path throws in
+            let writer = try PersistentDefaults(path: path)
+            writer[.launchCount] = 1
+            let reader = try PersistentDefaults(path: path, options: readOnlyOptions())
+            let before = fileBytes(path + "/data.mdb")
+            #expect(throws: PersistentDefaultsError.readOnly(path: reader.path)) {
+                try EtcdMirror(
+                    store: reader, endpoints: ["http://127.0.0.1:9"], etcdPrefix: "/fleet/", localPrefix: "fleet.")
+            }
+            #expect(fileBytes(path + "/data.mdb") == before)
+            withExtendedLifetime(writer) {}
+        }
+    }
+
     @Test func pathsThatAreNoStoreGetAClearError() throws {
         try withTemporaryDirectory { path throws in
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
@@ -136,6 +154,34 @@ private func mode(_ path: String) throws -> Int {
                 return reason.contains("no \"meta\" database")
             }
             #expect(fileBytes(path + "/data.mdb") == before)
+        }
+    }
+
+    /// A refused open created the wake-up channel's `notify` file (20 KiB) before it looked at the
+    /// databases: in a foreign LMDB environment, in a store of a newer format, and in an empty
+    /// environment opened with `createIfMissing = false`. The directory keeps the files it had.
+    @Test func aRefusedOpenAddsNoFileToTheDirectory() throws {
+        try withTemporaryDirectory { base throws in
+            let foreign = base + "/foreign"
+            try FileManager.default.createDirectory(atPath: foreign, withIntermediateDirectories: true)
+            try rawLMDBPut(foreign, [RawLMDBEntry(database: "other", key: Array("k".utf8), value: [1])])
+            let newer = base + "/newer"
+            do { _ = try PersistentDefaults(path: newer) }
+            try FileManager.default.removeItem(atPath: newer + "/notify")
+            try rawLMDBPut(
+                newer, [RawLMDBEntry(database: "meta", key: Array("format-version".utf8), value: [0, 0, 0, 2])])
+            let empty = base + "/empty"
+            try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: true)
+            try rawLMDBPut(empty, [])
+            var existingOnly = PersistentDefaults.Options()
+            existingOnly.createIfMissing = false
+            for (path, options) in [(foreign, PersistentDefaults.Options()), (newer, .init()), (empty, existingOnly)] {
+                let before = try FileManager.default.contentsOfDirectory(atPath: path).sorted()
+                let data = fileBytes(path + "/data.mdb")
+                #expect(throws: PersistentDefaultsError.self) { try PersistentDefaults(path: path, options: options) }
+                #expect(try FileManager.default.contentsOfDirectory(atPath: path).sorted() == before, "\(path)")
+                #expect(fileBytes(path + "/data.mdb") == data)
+            }
         }
     }
 

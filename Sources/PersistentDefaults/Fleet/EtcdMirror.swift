@@ -157,6 +157,9 @@ public final class EtcdMirror: Sendable {
         store: PersistentDefaults, endpoints: [String], etcdPrefix: String, localPrefix: String,
         options: Options = Options()
     ) throws {
+        // The mirror writes through the store's core, which a read-only handle may share with a
+        // writable one of this process: refused here, as the core refuses a read-only store.
+        guard !store.isReadOnly else { throw PersistentDefaultsError.readOnly(path: store.path) }
         guard !etcdPrefix.isEmpty else {
             throw EtcdMirrorError.invalidPrefix(etcdPrefix, reason: "the etcd prefix is empty")
         }

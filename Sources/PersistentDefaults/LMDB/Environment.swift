@@ -54,8 +54,9 @@ struct EnvironmentInfo: Sendable, Equatable {
 /// `@unchecked Sendable`: LMDB environments are thread-safe; every use of the handle happens
 /// under `gate` (shared for transactions, exclusive for map changes, close and replacing the
 /// handle after a failed map change), the kept read transactions are per thread
-/// (``ReaderSlots``), and the `write…`
-/// fields are touched only by the thread that holds LMDB's process-shared writer mutex.
+/// (``ReaderSlots``), the `write…`
+/// fields are touched only by the thread that holds LMDB's process-shared writer mutex, and
+/// `wakeChannel` is set once before the environment is shared.
 final class Environment: @unchecked Sendable {
     /// Replaced only under the exclusive gate, when a failed map change forces a reopen.
     /// Unchecked exclusivity (also for `isClosed`): both change only under the exclusive gate,
@@ -101,8 +102,12 @@ final class Environment: @unchecked Sendable {
     let localCommits = Atomic<Int>(0)
     /// The store's wake-up channel (the `notify` file), advanced after every commit that
     /// changed pages; nil when the file cannot be opened for writing (read-only directory or
-    /// file, another layout, a platform without futexes).
-    let wakeChannel: WakeChannel?
+    /// file, another layout, a platform without futexes), and until ``attachWakeChannel()``.
+    /// Set once, by the opening thread before the environment is shared (the store registry's
+    /// lock then orders it before every other thread's read), so it needs no lock; so is
+    /// `attachedWakeChannel`.
+    @exclusivity(unchecked) private(set) var wakeChannel: WakeChannel?
+    @exclusivity(unchecked) private var attachedWakeChannel = false
     /// The identity of the open `data.mdb`, which this environment holds open (so no other file
     /// can take its inode number meanwhile): how the store registry tells one store from another.
     let dataFile: FileIdentity
@@ -129,10 +134,6 @@ final class Environment: @unchecked Sendable {
             isLockless = true
             lockProbe = probe
         }
-        // After mdb_env_open, which created the directory's other files. A read-only open uses an
-        // existing file (to wait on it) but never creates one.
-        wakeChannel =
-            isLockless ? nil : WakeChannel.attach(directory: configuration.path, create: !configuration.readOnly)
         var stat = MDB_stat()
         _ = mdb_env_stat(handle, &stat)  // Cannot fail on an open environment.
         pageSize = Int(stat.ms_psize)
@@ -146,6 +147,20 @@ final class Environment: @unchecked Sendable {
         }
         dataFile = identity
         try clearStaleReadersAtOpen()
+    }
+
+    /// Opens the wake-up channel, creating the `notify` file when this open may write; later calls
+    /// do nothing. Called by the opening thread before the environment is shared, once the
+    /// directory is known to hold a store (an open refused for what the directory holds, such as
+    /// another LMDB environment or a newer format, adds no file to it), and by a creating open
+    /// before its creation commits (so no process can open the new store before the file exists:
+    /// it would run without the channel). A read-only open uses an existing file (to wait on it)
+    /// but never creates one.
+    func attachWakeChannel() {
+        guard !attachedWakeChannel else { return }
+        attachedWakeChannel = true
+        wakeChannel =
+            isLockless ? nil : WakeChannel.attach(directory: configuration.path, create: !configuration.readOnly)
     }
 
     /// Clears reader slots of crashed processes, unless lockless.
