@@ -1,3 +1,4 @@
+import CPlatform
 import Foundation
 
 #if canImport(Glibc)
@@ -129,6 +130,47 @@ enum StoreFiles {
             unlink(path)
             throw PersistentDefaultsError.fileSystem(path: path, errno: error, operation: "close")
         }
+    }
+
+    /// Gives the first `length` bytes of the open file `descriptor` disk blocks (`fallocate`,
+    /// mode 0: holes are filled, the contents kept, the size raised to `length` when smaller).
+    /// For files written through a shared map (`lock.mdb`, `notify`): a store into a page that
+    /// the file system cannot give (a full disk) raises SIGBUS and kills the process, while a
+    /// failed `fallocate` is an error code. Returns 0 or the errno; a file system without
+    /// `fallocate` (EOPNOTSUPP) returns 0: nothing more can be done there.
+    static func allocateBlocks(_ descriptor: Int32, length: Int) -> Int32 {
+        guard length > 0 else { return 0 }
+        while pd_fallocate(descriptor, 0, Int64(length)) != 0 {
+            let error = errno
+            if error == EINTR { continue }
+            return error == EOPNOTSUPP || error == ENOSYS ? 0 : error
+        }
+        return 0
+    }
+
+    /// Creates `lock.mdb` in the store directory `path` with its blocks allocated, before LMDB
+    /// opens it: LMDB sizes a new lock file with `ftruncate` and writes its header and reader
+    /// slots through a shared map, so on a full disk the open died of SIGBUS. Throws ENOSPC
+    /// (`fileSystem`) when a new lock file cannot get its blocks; the holes of an existing one are
+    /// filled when space allows (its size is kept: other processes map that size). Does nothing
+    /// when the file cannot be opened for writing (a read-only directory: LMDB says why).
+    static func allocateLockFile(in path: String, maxReaders: Int) throws(PersistentDefaultsError) {
+        let file = path + "/" + lockFile
+        let descriptor = open(file, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { return }
+        defer { close(descriptor) }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { return }
+        guard info.st_size == 0 else {
+            _ = allocateBlocks(descriptor, length: Int(info.st_size))
+            return
+        }
+        // The size LMDB gives a new lock file (mdb.c, mdb_env_setup_locks: `rsize =
+        // (env->me_maxreaders-1) * sizeof(MDB_reader) + sizeof(MDB_txninfo)`; a reader slot and
+        // each of the table header's two parts are padded to a 64-byte cache line).
+        let size = (max(maxReaders, 1) - 1) * 64 + 192
+        let error = allocateBlocks(descriptor, length: size)
+        if error != 0 { throw .fileSystem(path: file, errno: error, operation: "fallocate") }
     }
 
     /// The identity of the store's `data.mdb` in the directory `path`; nil when it has none.

@@ -112,6 +112,7 @@ final class Environment: @unchecked Sendable {
         readerSlots = ReaderSlots(maxReaders: configuration.maxReaders)
         gate = try TransactionGate(slots: readerSlots)
         do {
+            try StoreFiles.allocateLockFile(in: configuration.path, maxReaders: configuration.maxReaders)
             handle = try Self.open(configuration, lockless: false)
             isLockless = false
             lockProbe = nil
