@@ -62,11 +62,40 @@ enum StoreFiles {
         // finishes the creation. Checking the header now would refuse a store that is about to
         // exist (seen: two services starting at once, one refused "data.mdb is empty").
         if creating, DataFileHeader.isUnfinishedCreation(data, size: Int(info.st_size)) {
-            return Prepared(createdData: false)
+            // LMDB finishes an empty file but refuses one that holds only the first meta page
+            // (it reads the second one short: MDB_INVALID), which a creation cut short by a full
+            // disk leaves: such a file is emptied, unless a process has the store open.
+            return Prepared(createdData: info.st_size > 0 && emptyUnfinishedCreation(in: path))
         }
         guard info.st_size > 0 else { throw .notAStore(path: path, reason: "\(dataFile) is empty") }
         try DataFileHeader.check(data, size: Int(info.st_size), store: path)
         return Prepared(createdData: false)
+    }
+
+    /// Empties the store's `data.mdb`, an unfinished creation of one page, when no process has
+    /// the store open: when this process gets LMDB's exclusive lock on byte 0 of `lock.mdb`
+    /// (mdb.c, `mdb_env_excl_lock`), which every process that has the environment open holds
+    /// shared, and its creator holds exclusively until the meta pages are written. Returns
+    /// whether it emptied the file.
+    private static func emptyUnfinishedCreation(in path: String) -> Bool {
+        let descriptor = open(path + "/" + lockFile, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { return false }
+        // Closing it releases the lock. This process holds no other lock on the file: the store
+        // registry opens a store once per process, and not while this runs.
+        defer { close(descriptor) }
+        var lock = flock()
+        lock.l_type = Int16(F_WRLCK)
+        lock.l_whence = Int16(SEEK_SET)
+        lock.l_start = 0
+        lock.l_len = 1
+        guard fcntl(descriptor, F_SETLK, &lock) == 0 else { return false }
+        // Again under the lock: a creator may have finished before this process got it.
+        let data = path + "/" + dataFile
+        var info = stat()
+        guard stat(data, &info) == 0, info.st_size > 0,
+            DataFileHeader.isUnfinishedCreation(data, size: Int(info.st_size))
+        else { return false }
+        return truncate(data, 0) == 0
     }
 
     /// Creates the directory and its missing parents; the store directory itself gets 0700.
