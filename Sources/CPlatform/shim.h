@@ -124,4 +124,18 @@ static inline int pd_futex_wake_one(uint32_t *word) {
 #endif
 }
 
+/// fallocate(2) with mode 0 (give the range disk blocks, keep the contents), called as the system
+/// call: Swift does not see glibc's declaration (it needs _GNU_SOURCE), and `posix_fallocate`
+/// emulates an unsupported call by writing a byte into every block, which a file that other
+/// processes write through a shared map must not have. Returns 0, or -1 with errno set
+/// (EOPNOTSUPP where there is no such call).
+static inline int pd_fallocate(int fd, int64_t offset, int64_t length) {
+#ifdef __linux__
+    return (int)syscall(SYS_fallocate, fd, 0, offset, length);
+#else
+    errno = EOPNOTSUPP;
+    return -1;
+#endif
+}
+
 #endif

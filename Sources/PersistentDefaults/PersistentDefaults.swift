@@ -329,7 +329,8 @@ public final class PersistentDefaults: Sendable {
         return try core.write(sizeHint: sizeHint, body)
     }
 
-    /// Flushes commits to disk now; in `.sync` mode they already are.
+    /// Flushes commits to disk now; in `.sync` mode they already are. A read-only store has none
+    /// of its own: this returns at once.
     public func flush() throws { try core.environment.sync() }
 }
 

@@ -1,3 +1,4 @@
+import CPlatform
 import Foundation
 
 #if canImport(Glibc)
@@ -61,11 +62,40 @@ enum StoreFiles {
         // finishes the creation. Checking the header now would refuse a store that is about to
         // exist (seen: two services starting at once, one refused "data.mdb is empty").
         if creating, DataFileHeader.isUnfinishedCreation(data, size: Int(info.st_size)) {
-            return Prepared(createdData: false)
+            // LMDB finishes an empty file but refuses one that holds only the first meta page
+            // (it reads the second one short: MDB_INVALID), which a creation cut short by a full
+            // disk leaves: such a file is emptied, unless a process has the store open.
+            return Prepared(createdData: info.st_size > 0 && emptyUnfinishedCreation(in: path))
         }
         guard info.st_size > 0 else { throw .notAStore(path: path, reason: "\(dataFile) is empty") }
         try DataFileHeader.check(data, size: Int(info.st_size), store: path)
         return Prepared(createdData: false)
+    }
+
+    /// Empties the store's `data.mdb`, an unfinished creation of one page, when no process has
+    /// the store open: when this process gets LMDB's exclusive lock on byte 0 of `lock.mdb`
+    /// (mdb.c, `mdb_env_excl_lock`), which every process that has the environment open holds
+    /// shared, and its creator holds exclusively until the meta pages are written. Returns
+    /// whether it emptied the file.
+    private static func emptyUnfinishedCreation(in path: String) -> Bool {
+        let descriptor = open(path + "/" + lockFile, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { return false }
+        // Closing it releases the lock. This process holds no other lock on the file: the store
+        // registry opens a store once per process, and not while this runs.
+        defer { close(descriptor) }
+        var lock = flock()
+        lock.l_type = Int16(F_WRLCK)
+        lock.l_whence = Int16(SEEK_SET)
+        lock.l_start = 0
+        lock.l_len = 1
+        guard fcntl(descriptor, F_SETLK, &lock) == 0 else { return false }
+        // Again under the lock: a creator may have finished before this process got it.
+        let data = path + "/" + dataFile
+        var info = stat()
+        guard stat(data, &info) == 0, info.st_size > 0,
+            DataFileHeader.isUnfinishedCreation(data, size: Int(info.st_size))
+        else { return false }
+        return truncate(data, 0) == 0
     }
 
     /// Creates the directory and its missing parents; the store directory itself gets 0700.
@@ -129,6 +159,47 @@ enum StoreFiles {
             unlink(path)
             throw PersistentDefaultsError.fileSystem(path: path, errno: error, operation: "close")
         }
+    }
+
+    /// Gives the first `length` bytes of the open file `descriptor` disk blocks (`fallocate`,
+    /// mode 0: holes are filled, the contents kept, the size raised to `length` when smaller).
+    /// For files written through a shared map (`lock.mdb`, `notify`): a store into a page that
+    /// the file system cannot give (a full disk) raises SIGBUS and kills the process, while a
+    /// failed `fallocate` is an error code. Returns 0 or the errno; a file system without
+    /// `fallocate` (EOPNOTSUPP) returns 0: nothing more can be done there.
+    static func allocateBlocks(_ descriptor: Int32, length: Int) -> Int32 {
+        guard length > 0 else { return 0 }
+        while pd_fallocate(descriptor, 0, Int64(length)) != 0 {
+            let error = errno
+            if error == EINTR { continue }
+            return error == EOPNOTSUPP || error == ENOSYS ? 0 : error
+        }
+        return 0
+    }
+
+    /// Creates `lock.mdb` in the store directory `path` with its blocks allocated, before LMDB
+    /// opens it: LMDB sizes a new lock file with `ftruncate` and writes its header and reader
+    /// slots through a shared map, so on a full disk the open died of SIGBUS. Throws ENOSPC
+    /// (`fileSystem`) when a new lock file cannot get its blocks; the holes of an existing one are
+    /// filled when space allows (its size is kept: other processes map that size). Does nothing
+    /// when the file cannot be opened for writing (a read-only directory: LMDB says why).
+    static func allocateLockFile(in path: String, maxReaders: Int) throws(PersistentDefaultsError) {
+        let file = path + "/" + lockFile
+        let descriptor = open(file, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { return }
+        defer { close(descriptor) }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { return }
+        guard info.st_size == 0 else {
+            _ = allocateBlocks(descriptor, length: Int(info.st_size))
+            return
+        }
+        // The size LMDB gives a new lock file (mdb.c, mdb_env_setup_locks: `rsize =
+        // (env->me_maxreaders-1) * sizeof(MDB_reader) + sizeof(MDB_txninfo)`; a reader slot and
+        // each of the table header's two parts are padded to a 64-byte cache line).
+        let size = (max(maxReaders, 1) - 1) * 64 + 192
+        let error = allocateBlocks(descriptor, length: size)
+        if error != 0 { throw .fileSystem(path: file, errno: error, operation: "fallocate") }
     }
 
     /// The identity of the store's `data.mdb` in the directory `path`; nil when it has none.

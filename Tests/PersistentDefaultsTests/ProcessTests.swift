@@ -169,6 +169,26 @@ let canTrace: Bool = {
         return (calls.lastIndex { syncs.contains($0) } ?? -1) > lastWrite
     }
 
+    /// A read-only store has no commits of its own to flush: `flush()` returns, as it does for a
+    /// read-only handle that shares a writable open's environment. It threw "Permission denied"
+    /// (LMDB refuses `mdb_env_sync` on an `MDB_RDONLY` environment with EACCES).
+    @Test func flushingAReadOnlyStoreSucceeds() throws {
+        try withTemporaryDirectory { path throws in
+            do {
+                let writer = try PersistentDefaults(path: path)
+                writer[.launchCount] = 3
+            }
+            var options = PersistentDefaults.Options()
+            options.readOnly = true
+            for durability in [PersistentDefaults.Durability.sync, .bounded(interval: .seconds(10))] {
+                options.durability = durability
+                let reader = try PersistentDefaults(path: path, options: options)
+                #expect(throws: Never.self, "\(durability)") { try reader.flush() }
+                #expect(reader[.launchCount] == 3)
+            }
+        }
+    }
+
     @Test func outOfRangeOptionsAreClampedNotFatal() throws {
         var options = PersistentDefaults.Options()
         options.maxReaders = -5

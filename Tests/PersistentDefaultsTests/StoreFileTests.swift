@@ -142,6 +142,29 @@ private func mode(_ path: String) throws -> Int {
         }
     }
 
+    /// LMDB writes a new file's two meta pages in one `pwrite`; on a full disk it wrote one page
+    /// and the open failed. Nothing was ever committed to that file, but every later open, with
+    /// space again, failed with "MDB_INVALID: File is not an LMDB file" (LMDB reads the second
+    /// meta page short): the store could not be created at that path any more. Made here as
+    /// LMDB leaves it: a new environment's file cut after its first page.
+    @Test func aCreationThatWroteOnlyTheFirstMetaPageIsFinishedByTheNextOpen() throws {
+        try withTemporaryDirectory { path throws in
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+            var environment: OpaquePointer?
+            #expect(mdb_env_create(&environment) == 0)
+            #expect(mdb_env_open(environment, path, 0, 0o600) == 0)
+            var stat = MDB_stat()
+            #expect(mdb_env_stat(environment, &stat) == 0)
+            mdb_env_close(environment)
+            let data = path + "/data.mdb"
+            #expect(truncate(data, off_t(stat.ms_psize)) == 0)
+            let store = try PersistentDefaults(path: path)
+            try store.set(5, for: .launchCount)
+            #expect(store[.launchCount] == 5)
+            #expect(try store.verify().isEmpty)
+        }
+    }
+
     @Test func aForeignLMDBEnvironmentIsNotTakenOver() throws {
         try withTemporaryDirectory { path throws in
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)

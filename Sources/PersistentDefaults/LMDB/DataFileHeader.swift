@@ -62,7 +62,8 @@ enum DataFileHeader {
     /// or whose creation ended before its meta pages were complete: empty, or one page holding
     /// a new file's first meta page (transaction 0, last page 1). LMDB creates the file, then
     /// writes both meta pages in one `pwrite` while it holds the lock file's exclusive lock, so
-    /// another process can see either. Nothing was ever committed to such a file.
+    /// another process can see either; a full disk can leave the one page for good (LMDB refuses
+    /// that file: `StoreFiles.prepare` empties it). Nothing was ever committed to such a file.
     static func isUnfinishedCreation(_ path: String, size: Int) -> Bool {
         guard size > 0 else { return true }
         guard let (header, _) = try? read(path, count: metaLength, size: size) else { return false }

@@ -117,6 +117,7 @@ final class Environment: @unchecked Sendable {
         readerSlots = ReaderSlots(maxReaders: configuration.maxReaders)
         gate = try TransactionGate(slots: readerSlots)
         do {
+            try StoreFiles.allocateLockFile(in: configuration.path, maxReaders: configuration.maxReaders)
             handle = try Self.open(configuration, lockless: false)
             isLockless = false
             lockProbe = nil
@@ -592,8 +593,11 @@ final class Environment: @unchecked Sendable {
 
     // MARK: Maintenance
 
-    /// Flushes written pages to disk (`mdb_env_sync` with force); does nothing once closed.
+    /// Flushes written pages to disk (`mdb_env_sync` with force); does nothing once closed, or
+    /// for a read-only environment, which has no commits of this process and which LMDB refuses
+    /// to sync (`mdb_env_sync` returns EACCES for `MDB_RDONLY`).
     func sync() throws {
+        guard !configuration.readOnly else { return }
         try gate.withShared {
             guard !isClosed else { return }
             try check(mdb_env_sync(handle, 1), "mdb_env_sync")

@@ -134,6 +134,8 @@ final class WakeChannel: @unchecked Sendable {
             size = fileSize
         }
         let length = size >= fileSize ? fileSize : slotsEnd
+        // Blocks for every mapped page first: on a full disk a store into a hole raises SIGBUS.
+        guard StoreFiles.allocateBlocks(descriptor, length: length) == 0 else { return nil }
         guard let mapped = mmap(nil, length, PROT_READ | PROT_WRITE, MAP_SHARED, descriptor, 0),
             mapped != MAP_FAILED
         else { return nil }
