@@ -187,6 +187,9 @@ enum StoreFiles {
         let file = path + "/" + lockFile
         let descriptor = open(file, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { return }
+        // Closing a descriptor drops every `fcntl` lock this process holds on the file, LMDB's
+        // reader lock on byte 0 included: safe only because no environment of this store is open
+        // in this process here (the store registry opens it once, under its lock).
         defer { close(descriptor) }
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return }
