@@ -12,7 +12,9 @@ extension PersistentDefaults {
     ///
     /// - Never for a transaction that aborted or threw, never for a write that left the value as
     ///   it was, and once per transaction however often the key was written in it.
-    /// - In commit order, also for commits made by other processes (noticed within 15 ms).
+    /// - In commit order, also for commits made by other processes: woken through the store's
+    ///   wake-up channel (tens of microseconds), or, for a writer that bypasses it (Python's
+    ///   `lmdb`, `mdb_load`), at the next check within ``Options/fallbackCheckInterval``.
     /// - Every commit after the observer's start is delivered, none before.
     /// - Without `queue`, the callback runs on the committing thread before `set`/`write`
     ///   returns, unless another thread is delivering then, which delivers it next (for other
