@@ -16,6 +16,12 @@ import PersistentDefaults
 //   pd-fixture set-loop DIR THREADS        THREADS threads each setting its own key "k<thread>" to
 //                                          1, 2, 3, … with durable sets (group commit) until
 //                                          killed; one "ack <thread> <value>" line per set that returned
+//   pd-fixture log-stress DIR THREADS COUNT SEED  THREADS threads × COUNT random writes: durable
+//                                          sets of "s.<pid>.<thread>" ("ack s THREAD I"), write { }
+//                                          of it and "shared" ("ack w …"), 12 KiB blobs of
+//                                          "b.<pid>.<thread>" that grow the map ("ack b …"), aborted
+//                                          write { } and over-limit sets (must fail), no-op writes;
+//                                          "failure …" lines for anything unexpected, then "done"
 //   pd-fixture hold-read DIR               holds a read snapshot, prints "holding", waits to be killed
 //   pd-fixture fill DIR LIMIT              under RLIMIT_FSIZE = LIMIT bytes, writes 64 KiB values
 //                                          until a write fails; prints "wrote N" and "error: …"
@@ -110,6 +116,11 @@ func run(_ arguments: [String]) -> ToolExitCode {
         case ("hammer", 4):
             guard let threads = Int(arguments[2]), let count = Int(arguments[3]) else { return .usage }
             try hammer(path: arguments[1], threads: threads, count: count)
+        case ("log-stress", 5):
+            guard let threads = Int(arguments[2]), let count = Int(arguments[3]), let seed = UInt64(arguments[4]) else {
+                return .usage
+            }
+            try logStress(path: arguments[1], threads: threads, count: count, seed: seed)
         case ("set-loop", 3):
             guard let threads = Int(arguments[2]) else { return .usage }
             try setLoop(path: arguments[1], threads: threads)
@@ -438,3 +449,71 @@ func openInCloseFlushHandler(path: String, other: String) throws -> ToolExitCode
 }
 
 run(Array(CommandLine.arguments.dropFirst())).exit()
+
+struct StressAbort: Error {}
+
+func logStress(path: String, threads: Int, count: Int, seed: UInt64) throws {
+    var stressOptions = options()
+    stressOptions.maxValueSize = 16 << 10
+    stressOptions.initialMapSize = 64 << 10
+    let store = try PersistentDefaults(path: path, options: stressOptions)
+    let pid = getpid()
+    let shared = PersistentDefaults.Key<Int>("shared", default: 0)
+    let lines = DispatchQueue(label: "lines")
+    let failures = Guarded<[String]>([])
+    let done = DispatchGroup()
+    for thread in 0..<threads {
+        done.enter()
+        Thread.detachNewThread {
+            defer { done.leave() }
+            var state = seed &+ UInt64(thread) &* 0x9E37_79B9_7F4A_7C15 &+ UInt64(pid)
+            func next() -> UInt64 {
+                state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+                return state >> 33
+            }
+            let key = PersistentDefaults.Key<Int>("s.\(pid).\(thread)", default: 0)
+            let blob = PersistentDefaults.Key<Data>("b.\(pid).\(thread)", default: Data())
+            for index in 1...count {
+                let roll = next() % 100
+                do {
+                    switch roll {
+                    case 0..<40:
+                        try store.set(index, for: key)
+                        lines.sync { say("ack s \(thread) \(index)") }
+                    case 40..<55:
+                        try store.write { tx in
+                            tx[key] = index
+                            tx[shared] += 1
+                        }
+                        lines.sync { say("ack w \(thread) \(index)") }
+                    case 55..<65:
+                        do {
+                            try store.write { tx in
+                                tx[key] = -index
+                                throw StressAbort()
+                            }
+                            failures.withLock { $0.append("abort \(thread) \(index) committed") }
+                        } catch is StressAbort {}
+                    case 65..<75:
+                        do {
+                            try store.set(Data(repeating: 1, count: 32 << 10), for: blob)
+                            failures.withLock { $0.append("too large \(thread) \(index) committed") }
+                        } catch PersistentDefaultsError.valueTooLarge {}
+                    case 75..<85:
+                        var bytes = Data(repeating: UInt8(truncatingIfNeeded: index), count: 12 << 10)
+                        withUnsafeBytes(of: Int64(index).bigEndian) { bytes.replaceSubrange(0..<8, with: $0) }
+                        try store.set(bytes, for: blob)
+                        lines.sync { say("ack b \(thread) \(index)") }
+                    default:
+                        try store.write { tx in tx[key] = tx[key] }
+                    }
+                } catch {
+                    failures.withLock { $0.append("\(thread) \(index): \(error)") }
+                }
+            }
+        }
+    }
+    done.wait()
+    for failure in failures.withLock({ $0 }) { say("failure \(failure)") }
+    say("done")
+}
