@@ -214,6 +214,34 @@ struct ForeignWriterTests {
         }
     }
 
+    /// Another client removes the newest log records (the log's last sequence goes back from 5
+    /// to 2) and changes an observed key without logging it. The observers must keep getting
+    /// this process's commits, which now reuse sequences 3…5, and the rewind must be reported.
+    @Test func observersKeepGettingChangesAfterAnotherClientCutsTheLogBack() throws {
+        var options = PersistentDefaults.Options()
+        options.fallbackCheckInterval = .milliseconds(20)
+        try withTemporaryStore(options: options) { store, path, errors throws in
+            let counter = PersistentDefaults.Key<Int>("counter", default: 0)
+            let marker = PersistentDefaults.Key<Int>("marker", default: 0)
+            let changes = Events<KeyChange<Int>>()
+            let markers = Events<KeyChange<Int>>()
+            let tokens = [store.observe(counter) { changes.append($0) }, store.observe(marker) { markers.append($0) }]
+            for value in 1...5 { store[counter] = value }
+            #expect(changes.wait(forCount: 5))
+            #expect(try store.lastSequence() == 5)
+            let cut = [5, 4, 3].map { ("log", logKey(UInt64($0)), String?.none) }
+            #expect(try writeWithPython(path, cut + [("values", hex("marker".utf8), intValue(1))]) == 0)
+            // The marker's change shows that this process's watcher saw the other client's commit.
+            #expect(markers.wait(forCount: 1))
+            for value in 6...8 { store[counter] = value }
+            #expect(changes.wait(forCount: 8, timeout: 5), "got \(changes.all.map(\.newValue))")
+            #expect(changes.all.map(\.newValue) == Array(1...8))
+            #expect(changes.all.map(\.oldValue) == Array(0...7))
+            #expect(errors.all.contains { "\($0)".contains("went back") }, "\(errors.all)")
+            _ = tokens
+        }
+    }
+
     /// `mdb_dump -a | mdb_load` into a new directory gives a store that opens, verifies and
     /// holds the same values, declarations and log.
     @Test func aStoreCopiedWithMdbDumpAndMdbLoadOpensAndVerifies() throws {

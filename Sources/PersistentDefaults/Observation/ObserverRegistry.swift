@@ -451,6 +451,37 @@ final class ObserverRegistry: Sendable {
         }
     }
 
+    /// After the log's newest sequence went back to `sequence` (another client removed the
+    /// newest records; this library's writers then number their commits from there again):
+    /// moves delivery and every observer positioned past it back to it, and asks for a
+    /// comparison with the store. Otherwise every commit numbered up to the old end was taken
+    /// for one already delivered, and its changes never reached an observer.
+    func rewind(to sequence: UInt64) {
+        state.withLock { state in
+            guard state.dispatched > sequence || state.target > sequence || state.delivered > sequence else { return }
+            state.delivered = min(state.delivered, sequence)
+            state.dispatched = min(state.dispatched, sequence)
+            state.target = min(state.target, sequence)
+            state.replayFrom = state.replayFrom.map { min($0, sequence) }
+            state.needsComparing = true
+            for name in Array(state.keys.keys) {
+                for (id, observer) in state.keys[name] ?? [:] where observer.position > sequence {
+                    state.keys[name]?[id]?.position = sequence
+                }
+            }
+            for (id, observer) in state.commitObservers where observer.position != .max && observer.position > sequence
+            {
+                state.commitObservers[id]?.position = sequence
+            }
+            for prefix in Array(state.prefixes.keys) {
+                for (id, observer) in state.prefixes[prefix] ?? [:]
+                where observer.position != .max && observer.position > sequence {
+                    state.prefixes[prefix]?[id]?.position = sequence
+                }
+            }
+        }
+    }
+
     /// Whether delivery work waits with no thread on it: records to be read again for key
     /// observers that start before them, or from where a thread inside `read { }` left its
     /// delivery, or the work of a delivery whose read failed (see `deliver`), which otherwise
