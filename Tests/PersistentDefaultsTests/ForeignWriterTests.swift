@@ -242,6 +242,35 @@ struct ForeignWriterTests {
         }
     }
 
+    /// After the last observer was cancelled, another client removes the newest log records;
+    /// a new observer must register (not wait for a commit numbered past the old end) and get
+    /// the next change.
+    @Test func anObserverRegistersAfterAnotherClientCutsTheLogBack() throws {
+        try withTemporaryStore { store, path, _ throws in
+            let counter = PersistentDefaults.Key<Int>("counter", default: 0)
+            let first = Events<KeyChange<Int>>()
+            let token = store.observe(counter) { first.append($0) }
+            for value in 1...5 { store[counter] = value }
+            #expect(first.wait(forCount: 5))
+            token.cancel()
+            let cut = [5, 4, 3].map { ("log", logKey(UInt64($0)), String?.none) }
+            #expect(try writeWithPython(path, cut) == 0)
+            let changes = Events<KeyChange<Int>>()
+            let registered = DispatchSemaphore(value: 0)
+            let second = Guarded<ObservationToken?>(nil)
+            Thread {
+                second.withLock { $0 = store.observe(counter) { changes.append($0) } }
+                registered.signal()
+            }.start()
+            #expect(registered.wait(timeout: .now() + 5) == .success, "observe() did not return")
+            store[counter] = 6
+            #expect(changes.wait(forCount: 1, timeout: 5))
+            #expect(changes.all.first?.oldValue == 5)
+            #expect(changes.all.first?.newValue == 6)
+            _ = second
+        }
+    }
+
     /// `mdb_dump -a | mdb_load` into a new directory gives a store that opens, verifies and
     /// holds the same values, declarations and log.
     @Test func aStoreCopiedWithMdbDumpAndMdbLoadOpensAndVerifies() throws {
