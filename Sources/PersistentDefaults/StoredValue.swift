@@ -255,6 +255,16 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// The value as the JSON that `JSONEncoder` would have made of it inside a `json` value, for
+    /// a JSON-coded key that reads a primitive another tool stored: ``jsonText``, except that a
+    /// date is seconds since 2001, as `Date` is encoded inside JSON (seconds since 1970, as
+    /// `jsonText` shows it, read 978,307,200 s late).
+    var codableJSONText: String {
+        guard case .date(let value) = self else { return jsonText }
+        let seconds = value.timeIntervalSinceReferenceDate
+        return seconds.isFinite ? "\(seconds)" : "null"
+    }
+
     /// A readable form for people: strings unquoted, data as hex, dates in ISO 8601.
     ///
     /// A date outside ``calendarDates`` (or not a number) is shown as its seconds since 1970

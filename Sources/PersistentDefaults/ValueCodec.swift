@@ -84,7 +84,7 @@ extension ValueCodec where Value: Codable {
                     json = Data(bytes: bytes.baseAddress! + 1, count: bytes.count - 1)
                 } else {
                     // A primitive written by another tool decodes as its JSON equivalent.
-                    json = Data(try StoredValue(encodedValue: bytes).jsonText.utf8)
+                    json = Data(try StoredValue(encodedValue: bytes).codableJSONText.utf8)
                 }
                 do {
                     return try JSONCoding.decoder.decode(Value.self, from: json)

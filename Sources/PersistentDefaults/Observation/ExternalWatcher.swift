@@ -112,6 +112,17 @@ final class ExternalWatcher: @unchecked Sendable {
             // the snapshot shows; a commit not yet visible is seen on the next check.
             let (transaction, sequence) = try core.environment.withRead { ($0.id, try core.lastSequence(in: $0)) }
             guard transaction > lastTransaction else { return transaction >= latest }
+            // The log ends before where it ended: another client removed its newest records,
+            // and the numbers up to the old end are being used again. Not trusted as delivered.
+            let wentBack = sequence < lastSequence
+            if wentBack {
+                core.reporter.reportOnce(
+                    PersistentDefaultsError.corruptLogRecord(
+                        sequence: sequence,
+                        reason: "the log's newest sequence went back from \(lastSequence) to \(sequence) "
+                            + "(another client removed records); observers compare their keys with the store"))
+                core.observers.rewind(to: sequence)
+            }
             // This process's commits in the snapshot, by ID: one recorded after this count is
             // taken for another process's (a spare delivery), and none is counted twice.
             let local = core.environment.localCommitIDs.count(in: (lastTransaction + 1)...transaction)
@@ -127,10 +138,10 @@ final class ExternalWatcher: @unchecked Sendable {
             // Other processes' logged commits that the wake-up channel shows to be of no
             // interest here are passed without reading the log: an idle observer of a busy
             // store then reads no records, and holds no snapshot while reading them.
-            if unaccounted != 0 || (foreign != 0 && !core.observers.pass(through: sequence, core: core))
+            if wentBack || unaccounted != 0 || (foreign != 0 && !core.observers.pass(through: sequence, core: core))
                 || core.observers.hasWaitingWork
             {
-                core.observers.deliver(upTo: sequence, compare: unaccounted != 0, core: core)
+                core.observers.deliver(upTo: sequence, compare: wentBack || unaccounted != 0, core: core)
             }
             return transaction >= latest
         } catch {

@@ -144,6 +144,30 @@ final class ObserverRegistry: Sendable {
             return true
         }
 
+        /// See ``ObserverRegistry/rewind(to:)``.
+        mutating func rewind(to sequence: UInt64) {
+            guard dispatched > sequence || target > sequence || delivered > sequence else { return }
+            delivered = min(delivered, sequence)
+            dispatched = min(dispatched, sequence)
+            target = min(target, sequence)
+            replayFrom = replayFrom.map { min($0, sequence) }
+            needsComparing = true
+            for name in Array(keys.keys) {
+                for (id, observer) in keys[name] ?? [:] where observer.position > sequence {
+                    keys[name]?[id]?.position = sequence
+                }
+            }
+            for (id, observer) in commitObservers where observer.position != .max && observer.position > sequence {
+                commitObservers[id]?.position = sequence
+            }
+            for prefix in Array(prefixes.keys) {
+                for (id, observer) in prefixes[prefix] ?? [:]
+                where observer.position != .max && observer.position > sequence {
+                    prefixes[prefix]?[id]?.position = sequence
+                }
+            }
+        }
+
         /// Passes the next record in place of delivering it, when that would change nothing but
         /// the counters: no delivery is running or pending, nothing must be compared, no commit
         /// observer exists, and no changed name's hash is an observed name's, nor the hash of one
@@ -306,9 +330,13 @@ final class ObserverRegistry: Sendable {
                 start = nil
             }
             var replays = false
+            var passed = false
             let id = state.withLock { state -> UInt64? in
                 // Delivery passed it: read again (an enclosing snapshot would not move).
-                if let start, state.dispatched > start.sequence, !start.isEnclosingSnapshot { return nil }
+                if let start, state.dispatched > start.sequence, !start.isEnclosingSnapshot {
+                    passed = true
+                    return nil
+                }
                 if state.isEmpty, let start {
                     state.delivered = max(state.delivered, start.sequence)
                     state.dispatched = max(state.dispatched, start.sequence)
@@ -330,6 +358,18 @@ final class ObserverRegistry: Sendable {
             if let id {
                 if let hook = afterRegistration.withLock({ $0 }) { hook() }
                 return id
+            }
+            // Delivery passed the snapshot's log end, yet no commit followed the snapshot (LMDB's
+            // meta page, read after delivery's position was, shows its transaction last): the
+            // log went back — another client removed its newest records — and reading again
+            // would never reach that position.
+            if passed, let start, core.environment.info().lastTransactionID == start.transactionID {
+                core.reporter.reportOnce(
+                    PersistentDefaultsError.corruptLogRecord(
+                        sequence: start.sequence,
+                        reason: "the log's newest sequence went back to \(start.sequence), before the commits "
+                            + "this process delivered (another client removed records)"))
+                state.withLock { $0.rewind(to: start.sequence) }
             }
         }
     }
@@ -449,6 +489,15 @@ final class ObserverRegistry: Sendable {
             state.target = sequence
             return true
         }
+    }
+
+    /// After the log's newest sequence went back to `sequence` (another client removed the
+    /// newest records; this library's writers then number their commits from there again):
+    /// moves delivery and every observer positioned past it back to it, and asks for a
+    /// comparison with the store. Otherwise every commit numbered up to the old end was taken
+    /// for one already delivered, and its changes never reached an observer.
+    func rewind(to sequence: UInt64) {
+        state.withLock { $0.rewind(to: sequence) }
     }
 
     /// Whether delivery work waits with no thread on it: records to be read again for key
