@@ -114,8 +114,6 @@ final class Environment: @unchecked Sendable {
 
     init(_ configuration: EnvironmentConfiguration) throws(PersistentDefaultsError) {
         self.configuration = configuration
-        readerSlots = ReaderSlots(maxReaders: configuration.maxReaders)
-        gate = try TransactionGate(slots: readerSlots)
         do {
             try StoreFiles.allocateLockFile(in: configuration.path, maxReaders: configuration.maxReaders)
             handle = try Self.open(configuration, lockless: false)
@@ -147,6 +145,21 @@ final class Environment: @unchecked Sendable {
             throw .fileSystem(path: configuration.path + "/" + StoreFiles.dataFile, errno: failure, operation: "fstat")
         }
         dataFile = identity
+        // The reader table has the size of the lock file, which the process that created it chose:
+        // mdb.c, mdb_env_setup_locks, for a lock file another process has open, `rsize = size; …
+        // env->me_maxreaders = size/sizeof(MDB_reader) + 1;`. Kept transactions are bounded by
+        // that size, not by `configuration.maxReaders`, or they could take every slot of a smaller
+        // table and leave none to other processes.
+        var readers: UInt32 = 0
+        _ = mdb_env_get_maxreaders(handle, &readers)  // Cannot fail on an open environment.
+        readerSlots = ReaderSlots(maxReaders: Int(readers))
+        do {
+            gate = try TransactionGate(slots: readerSlots)
+        } catch {
+            // The environment is not handed out: it is closed here (`deinit` does not run).
+            mdb_env_close(handle)
+            throw error
+        }
         try clearStaleReadersAtOpen()
     }
 
