@@ -647,6 +647,12 @@ final class Environment: @unchecked Sendable {
         }
     }
 
+    /// `info()` inside a read of `transaction`, which holds the gate already. Taking its shared
+    /// side again is wrong there: a read through the thread's slot holds no rwlock and is not
+    /// marked, so it would wait at the turnstile for an exclusive section (growing or adopting
+    /// the map) that waits for this very read's slot — a deadlock.
+    func info(during transaction: Transaction) -> EnvironmentInfo { rawInfo() }
+
     /// `info()` for callers that hold the gate exclusively.
     private func rawInfo() -> EnvironmentInfo {
         var info = MDB_envinfo()
