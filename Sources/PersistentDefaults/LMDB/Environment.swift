@@ -702,16 +702,27 @@ final class Environment: @unchecked Sendable {
 
     /// Writes a copy of the environment to the directory `path`, compacted when asked, into a
     /// new `data.mdb` of mode 0600.
+    ///
+    /// The copy reads in a read transaction of its own (mdb.c, `mdb_env_copyfd0/1`:
+    /// `mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)`), which meets `MDB_MAP_RESIZED` when another
+    /// process grew the map: the size is adopted and the copy made again, as a read would.
     func copy(to path: String, compact: Bool) throws {
-        try gate.withShared {
-            try checkOpen()
-            // mdb_env_copyfd2 into a file made here instead of mdb_env_copy2, which creates it
-            // with mode 0666 less the umask: settings may be private from the first byte.
-            let file = path + "/" + StoreFiles.dataFile
-            try StoreFiles.writeNewPrivateFile(file) { descriptor in
-                try check(
-                    mdb_env_copyfd2(handle, descriptor, compact ? UInt32(MDB_CP_COMPACT) : 0),
-                    "mdb_env_copyfd2(\(file))")
+        while true {
+            do {
+                return try gate.withShared {
+                    try checkOpen()
+                    // mdb_env_copyfd2 into a file made here instead of mdb_env_copy2, which creates
+                    // it with mode 0666 less the umask: settings may be private from the first byte.
+                    let file = path + "/" + StoreFiles.dataFile
+                    try StoreFiles.writeNewPrivateFile(file) { descriptor in
+                        let code = mdb_env_copyfd2(handle, descriptor, compact ? UInt32(MDB_CP_COMPACT) : 0)
+                        // The file is removed again before the copy is retried.
+                        if code == MDB_MAP_RESIZED { throw RetrySignal.mapResized }
+                        try check(code, "mdb_env_copyfd2(\(file))")
+                    }
+                }
+            } catch RetrySignal.mapResized {
+                try adoptMapSize()
             }
         }
     }
