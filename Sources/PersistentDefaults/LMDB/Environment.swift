@@ -733,9 +733,22 @@ extension Environment {
     /// valid (lmdb.h: "After a successful commit the handle will reside in the shared environment").
     func withSetup<R>(write: Bool, _ body: (Transaction) throws -> R) throws -> R {
         if write { return try withWrite(body) }
-        return try gate.withShared {
+        while true {
+            do {
+                return try setupRead(body)
+            } catch RetrySignal.mapResized {
+                // Another process grew the map after `mdb_env_open` mapped it: adopted as by reads.
+                try adoptMapSize()
+            }
+        }
+    }
+
+    private func setupRead<R>(_ body: (Transaction) throws -> R) throws -> R {
+        try gate.withShared {
             var begun: TransactionHandle?
-            try check(mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &begun), "mdb_txn_begin(read-only)")
+            let code = mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &begun)
+            if code == MDB_MAP_RESIZED { throw RetrySignal.mapResized }
+            try check(code, "mdb_txn_begin(read-only)")
             guard let transaction = begun else {
                 throw PersistentDefaultsError.lmdb(code: .badTransaction, operation: "mdb_txn_begin")
             }

@@ -43,12 +43,14 @@ private final class ReaderTableMutex: @unchecked Sendable {
     var hasWaiter: Bool { (mapping + Self.offset).load(as: UInt32.self) & 0x8000_0000 != 0 }
 }
 
-/// `statistics()` reads the environment's facts inside its read, whose hold of the transaction
-/// gate is the thread's reader slot; the gate's exclusive side (growing the map) waits for that
-/// slot, so the facts must not take the gate's shared side again.
-@Suite(.serialized) struct StatisticsDuringGrowthTests {
+/// Reads of the library's own that meet a map growth, of this process or another, stopped at
+/// the right moment by holding LMDB's reader-table mutex.
+@Suite(.serialized) struct MapGrowthDuringLibraryReadsTests {
     static let blob = PersistentDefaults.Key<Data>("blob", default: Data())
 
+    /// `statistics()` reads the environment's facts inside its read, whose hold of the
+    /// transaction gate is the thread's reader slot; the gate's exclusive side (growing the map)
+    /// waits for that slot, so the facts must not take the gate's shared side again.
     @Test func statisticsWhileThisProcessGrowsTheMapEnds() throws {
         var options = PersistentDefaults.Options()
         options.initialMapSize = 64 << 10
@@ -93,6 +95,44 @@ private final class ReaderTableMutex: @unchecked Sendable {
             #expect(setError.withLock { $0 } == nil)
             #expect(try store.value(for: Self.blob).count == 4 << 20)
             #expect(try store.statistics().mapSize > initialMap)
+        }
+    }
+
+    /// A read-only open maps the store at its size then, and reads the databases' names in a read
+    /// transaction of its own: when another process grew the map in between, that transaction
+    /// meets `MDB_MAP_RESIZED`, and the open adopts the larger map as reads do.
+    @Test func aReadOnlyOpenWhileAnotherProcessGrowsTheMapOpens() throws {
+        try withTemporaryDirectory { path throws in
+            try setFromAnotherProcess(path, "counter", 5)
+            let grower = try ChildProcess(Products.fixture, ["grow-on-input", path, "\(4 << 20)"], input: .open)
+            defer { grower.kill() }
+            #expect(grower.wait(for: "opened"))
+            let readerTable = try ReaderTableMutex(store: path)
+            try #require(readerTable.lock())
+            // The open maps the store, then its first read transaction waits for the mutex.
+            let opened = Guarded<Result<Int, any Error>?>(nil)
+            let openDone = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                var options = PersistentDefaults.Options()
+                options.readOnly = true
+                options.initialMapSize = 64 << 10
+                opened.withLock { result in
+                    result = Result {
+                        try PersistentDefaults(path: path, options: options)
+                            .value(for: PersistentDefaults.Key<Int>("counter", default: 0))
+                    }
+                }
+                openDone.signal()
+            }
+            let openWaits = eventually { readerTable.hasWaiter }
+            grower.closeInput()
+            let grown = grower.wait(for: "grown")
+            readerTable.unlock()
+            #expect(openWaits)
+            #expect(grown, "\(grower.text)")
+            try #require(openDone.wait(timeout: .now() + 20) == .success)
+            #expect(throws: Never.self) { try opened.withLock { $0 }?.get() }
+            #expect((try? opened.withLock { $0 }?.get()) == 5)
         }
     }
 }
