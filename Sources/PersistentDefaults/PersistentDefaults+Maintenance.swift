@@ -35,7 +35,7 @@ extension PersistentDefaults {
     public func statistics() throws -> StoreStatistics {
         let environment = core.environment
         return try environment.withRead { transaction in
-            let info = environment.info()
+            let info = environment.info(during: transaction)
             let values = try transaction.statistics(core.databases.values)
             return StoreStatistics(
                 formatVersion: StoreCore.formatVersion, mapSize: info.mapSize,

@@ -43,6 +43,26 @@ struct InspectionTests {
         }
     }
 
+    /// Another process grew the map since this process last read: the copy's own read
+    /// transaction meets `MDB_MAP_RESIZED`, and the copy adopts the larger map as reads do.
+    @Test(arguments: [false, true])
+    func aCopyAfterAnotherProcessGrewTheMapHoldsEveryValue(compact: Bool) throws {
+        try withTemporaryStore { store, path, log throws in
+            store[.launchCount] = 7
+            try growTheMapFromAnotherProcess(path)
+            let destination = path + "-copy"
+            defer { try? FileManager.default.removeItem(atPath: destination) }
+            try FileManager.default.createDirectory(atPath: destination, withIntermediateDirectories: false)
+            try store.copy(to: destination, compact: compact)
+            var options = PersistentDefaults.Options()
+            options.readOnly = true
+            let copy = try PersistentDefaults(path: destination, options: options)
+            #expect(try copy.value(for: .launchCount) == 7)
+            #expect(try copy.value(for: PersistentDefaults.Key<Data>("blob", default: Data())).count == 4 << 20)
+            #expect(log.all.isEmpty, "\(log.all)")
+        }
+    }
+
     @Test func aCopyOverAnExistingFileFailsAndLeavesItAlone() throws {
         try withTemporaryStore { store, path, _ throws in
             let destination = path + "-copy"

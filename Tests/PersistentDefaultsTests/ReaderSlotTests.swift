@@ -79,6 +79,45 @@ struct ReaderSlotTests {
         }
     }
 
+    /// The reader table has the size of the lock file, which the process that created it chose
+    /// (`Options.maxReaders`: "Only the process that creates the lock file sets it"). A process
+    /// that opens the store with a larger `maxReaders` must still keep idle transactions on at
+    /// most a quarter of the real table: its threads that read once and live on must not take
+    /// every slot, or other processes cannot read at all.
+    @Test func idleThreadsLeaveReaderSlotsForOtherProcessesWhenTheLockFileIsSmaller() throws {
+        try withTemporaryDirectory { path throws in
+            // The creator sizes the lock file for 8 readers and keeps it in use (one slot).
+            let keeper = try ChildProcess(fixture: ["hold-read", path], environment: ["PD_MAX_READERS": "8"])
+            defer { keeper.kill() }
+            #expect(keeper.wait(for: "holding"))
+            let store = try PersistentDefaults(path: path)  // maxReaders 126, the default
+            store[Self.counter] = 5
+            #expect(try store.statistics().maxReaders == 8)
+            // Threads of this process that read once and stay alive, as many as slots are free.
+            let free = 8 - store.readerTableEntries().count
+            let read = DispatchSemaphore(value: 0)
+            let release = DispatchSemaphore(value: 0)
+            let finished = DispatchGroup()
+            for _ in 0..<free {
+                finished.enter()
+                Thread.detachNewThread {
+                    _ = store[Self.counter]
+                    read.signal()
+                    release.wait()
+                    finished.leave()
+                }
+            }
+            for _ in 0..<free { #expect(read.wait(timeout: .now() + 10) == .success) }
+            let ours = store.readerTableEntries().filter { $0.processID == getpid() }.count
+            // Another process reads the store while those threads idle.
+            let probe = try runFixture(["probe-read-only", path, "counter"])
+            for _ in 0..<free { release.signal() }
+            #expect(finished.wait(timeout: .now() + 10) == .success)
+            #expect(probe.output.contains("read: 5"), "\(probe.output); this process held \(ours) of 8 slots")
+            #expect(ours <= 2, "\(store.readerTable())")
+        }
+    }
+
     @Test func threadsThatKeepReadTransactionsOutliveTheStoreAndReadTheNextOne() throws {
         try withTemporaryDirectory { path in
             let opened = Guarded<PersistentDefaults?>(try PersistentDefaults(path: path))

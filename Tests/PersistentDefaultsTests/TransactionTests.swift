@@ -189,6 +189,29 @@ private struct Abort: Error {}
         }
     }
 
+    /// A write inside `read { }` on the same thread commits, but cannot grow the map (that waits
+    /// for every read of this process to end, the closure's own included): one that does not fit
+    /// throws `mapFull` at once, writes nothing, and fits once the closure has returned.
+    @Test func aWriteInsideAReadCommitsButCannotGrowTheMap() throws {
+        var options = PersistentDefaults.Options()
+        options.initialMapSize = 64 << 10
+        try withTemporaryStore(options: options) { store, _, _ throws in
+            let blob = PersistentDefaults.Key<Data>("blob", default: Data())
+            let big = Data(repeating: 1, count: 8 << 20)
+            try store.read { snapshot in
+                try store.set(1, for: .launchCount)
+                #expect(snapshot[.launchCount] == 0)
+                let error = #expect(throws: PersistentDefaultsError.self) { try store.set(big, for: blob) }
+                #expect(error?.code == .mapFull)
+                #expect(throws: PersistentDefaultsError.self) { try store.write { $0[blob] = big } }
+            }
+            #expect(store[.launchCount] == 1)
+            #expect(try store.value(for: blob).isEmpty)
+            try store.set(big, for: blob)
+            #expect(try store.value(for: blob) == big)
+        }
+    }
+
     @Test func containsKeyNamesAndRemoveAll() throws {
         try withTemporaryStore { store, _, _ throws in
             #expect(try store.keyNames().isEmpty)

@@ -114,8 +114,6 @@ final class Environment: @unchecked Sendable {
 
     init(_ configuration: EnvironmentConfiguration) throws(PersistentDefaultsError) {
         self.configuration = configuration
-        readerSlots = ReaderSlots(maxReaders: configuration.maxReaders)
-        gate = try TransactionGate(slots: readerSlots)
         do {
             try StoreFiles.allocateLockFile(in: configuration.path, maxReaders: configuration.maxReaders)
             handle = try Self.open(configuration, lockless: false)
@@ -147,6 +145,21 @@ final class Environment: @unchecked Sendable {
             throw .fileSystem(path: configuration.path + "/" + StoreFiles.dataFile, errno: failure, operation: "fstat")
         }
         dataFile = identity
+        // The reader table has the size of the lock file, which the process that created it chose:
+        // mdb.c, mdb_env_setup_locks, for a lock file another process has open, `rsize = size; …
+        // env->me_maxreaders = size/sizeof(MDB_reader) + 1;`. Kept transactions are bounded by
+        // that size, not by `configuration.maxReaders`, or they could take every slot of a smaller
+        // table and leave none to other processes.
+        var readers: UInt32 = 0
+        _ = mdb_env_get_maxreaders(handle, &readers)  // Cannot fail on an open environment.
+        readerSlots = ReaderSlots(maxReaders: Int(readers))
+        do {
+            gate = try TransactionGate(slots: readerSlots)
+        } catch {
+            // The environment is not handed out: it is closed here (`deinit` does not run).
+            mdb_env_close(handle)
+            throw error
+        }
         try clearStaleReadersAtOpen()
     }
 
@@ -634,6 +647,12 @@ final class Environment: @unchecked Sendable {
         }
     }
 
+    /// `info()` inside a read of `transaction`, which holds the gate already. Taking its shared
+    /// side again is wrong there: a read through the thread's slot holds no rwlock and is not
+    /// marked, so it would wait at the turnstile for an exclusive section (growing or adopting
+    /// the map) that waits for this very read's slot — a deadlock.
+    func info(during transaction: Transaction) -> EnvironmentInfo { rawInfo() }
+
     /// `info()` for callers that hold the gate exclusively.
     private func rawInfo() -> EnvironmentInfo {
         var info = MDB_envinfo()
@@ -683,16 +702,27 @@ final class Environment: @unchecked Sendable {
 
     /// Writes a copy of the environment to the directory `path`, compacted when asked, into a
     /// new `data.mdb` of mode 0600.
+    ///
+    /// The copy reads in a read transaction of its own (mdb.c, `mdb_env_copyfd0/1`:
+    /// `mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)`), which meets `MDB_MAP_RESIZED` when another
+    /// process grew the map: the size is adopted and the copy made again, as a read would.
     func copy(to path: String, compact: Bool) throws {
-        try gate.withShared {
-            try checkOpen()
-            // mdb_env_copyfd2 into a file made here instead of mdb_env_copy2, which creates it
-            // with mode 0666 less the umask: settings may be private from the first byte.
-            let file = path + "/" + StoreFiles.dataFile
-            try StoreFiles.writeNewPrivateFile(file) { descriptor in
-                try check(
-                    mdb_env_copyfd2(handle, descriptor, compact ? UInt32(MDB_CP_COMPACT) : 0),
-                    "mdb_env_copyfd2(\(file))")
+        while true {
+            do {
+                return try gate.withShared {
+                    try checkOpen()
+                    // mdb_env_copyfd2 into a file made here instead of mdb_env_copy2, which creates
+                    // it with mode 0666 less the umask: settings may be private from the first byte.
+                    let file = path + "/" + StoreFiles.dataFile
+                    try StoreFiles.writeNewPrivateFile(file) { descriptor in
+                        let code = mdb_env_copyfd2(handle, descriptor, compact ? UInt32(MDB_CP_COMPACT) : 0)
+                        // The file is removed again before the copy is retried.
+                        if code == MDB_MAP_RESIZED { throw RetrySignal.mapResized }
+                        try check(code, "mdb_env_copyfd2(\(file))")
+                    }
+                }
+            } catch RetrySignal.mapResized {
+                try adoptMapSize()
             }
         }
     }
@@ -703,9 +733,22 @@ extension Environment {
     /// valid (lmdb.h: "After a successful commit the handle will reside in the shared environment").
     func withSetup<R>(write: Bool, _ body: (Transaction) throws -> R) throws -> R {
         if write { return try withWrite(body) }
-        return try gate.withShared {
+        while true {
+            do {
+                return try setupRead(body)
+            } catch RetrySignal.mapResized {
+                // Another process grew the map after `mdb_env_open` mapped it: adopted as by reads.
+                try adoptMapSize()
+            }
+        }
+    }
+
+    private func setupRead<R>(_ body: (Transaction) throws -> R) throws -> R {
+        try gate.withShared {
             var begun: TransactionHandle?
-            try check(mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &begun), "mdb_txn_begin(read-only)")
+            let code = mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &begun)
+            if code == MDB_MAP_RESIZED { throw RetrySignal.mapResized }
+            try check(code, "mdb_txn_begin(read-only)")
             guard let transaction = begun else {
                 throw PersistentDefaultsError.lmdb(code: .badTransaction, operation: "mdb_txn_begin")
             }

@@ -16,8 +16,9 @@ import Synchronization
 /// in `lock.mdb` but **no snapshot**: LMDB reuses pages freely, whatever the thread does next.
 ///
 /// Bounds and release:
-/// - At most `limit` threads keep a transaction (a quarter of `maxReaders`, at most 32), so
-///   other processes find free reader slots; further threads begin and abort one per read.
+/// - At most `limit` threads keep a transaction (a quarter of the reader table, at most 32; the
+///   table has the lock file's size, which the `maxReaders` of the process that created the file
+///   set), so other processes find free reader slots; further threads begin and abort one per read.
 /// - A thread's transactions are aborted when the thread exits (a `pthread` key destructor).
 /// - When a read finds the reader table full, idle slots of other threads are emptied
 ///   (`reclaimIdle`) and the read is tried again.

@@ -23,6 +23,8 @@ import PersistentDefaults
 //                                          write { } and over-limit sets (must fail), no-op writes;
 //                                          "failure …" lines for anything unexpected, then "done"
 //   pd-fixture hold-read DIR               holds a read snapshot, prints "holding", waits to be killed
+//   pd-fixture grow-on-input DIR BYTES     opens DIR, prints "opened", waits for its input to end,
+//                                          then sets "blob" to BYTES bytes (grows the map), prints "grown"
 //   pd-fixture fill DIR LIMIT              under RLIMIT_FSIZE = LIMIT bytes, writes 64 KiB values
 //                                          until a write fails; prints "wrote N" and "error: …"
 //   pd-fixture probe-read-only DIR KEY     opens read-only, prints the Int KEY, then tries a write
@@ -177,6 +179,13 @@ func run(_ arguments: [String]) -> ToolExitCode {
         case ("watch", 4...):
             guard let count = Int(arguments[2]) else { return .usage }
             try watch(path: arguments[1], count: count, keys: Array(arguments[3...]))
+        case ("grow-on-input", 3):
+            guard let size = Int(arguments[2]) else { return .usage }
+            let store = try PersistentDefaults(path: arguments[1], options: options())
+            say("opened")
+            _ = FileHandle.standardInput.readDataToEndOfFile()
+            try store.set(Data(repeating: 1, count: size), for: PersistentDefaults.Key<Data>("blob", default: Data()))
+            say("grown")
         case ("probe-read-only", 3):
             probeReadOnly(path: arguments[1], key: arguments[2])
         case ("open-without-thread-keys", 2):
