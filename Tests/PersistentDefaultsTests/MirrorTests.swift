@@ -30,6 +30,25 @@ private func fleetMirror(
         store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.", options: options)
 }
 
+/// Runs `body` with an etcd member that sends progress notifications at etcd's default interval
+/// (10 min: a revision of another prefix reaches no watch of this one in a test's time), a store
+/// and its started mirror whose requests time out after 5 s, with `.counter` set to 1.
+private func withCounterMirrorOfQuietEtcd(
+    _ body: (EtcdCluster, PersistentDefaults, EtcdMirror) async throws -> Void
+) async throws {
+    let etcd = try EtcdCluster(progressNotifyInterval: "10m")
+    try await withTemporaryDirectoryAsync { path in
+        let store = try PersistentDefaults(path: path)
+        var options = testOptions()
+        options.requestTimeout = .seconds(5)
+        let mirror = try fleetMirror(store, etcd, options: options)
+        try await mirror.start()
+        try await mirror.set(1, for: .counter)
+        try await body(etcd, store, mirror)
+        try await mirror.stop()
+    }
+}
+
 @Suite(.serialized, .timeLimit(.minutes(3)))
 struct MirrorTests {
     @Test func theInitialCopyIsOneCommitAtOneRevisionAndRemovesKeysEtcdDoesNotHave() async throws {
@@ -477,14 +496,7 @@ struct MirrorTests {
     /// it belongs to another prefix: with etcd's default progress interval (10 min) the update
     /// threw `notAppliedLocally` after the request timeout.
     @Test func anUpdateInConflictIsRetriedWhenEtcdsNewestRevisionIsOutsideThePrefix() async throws {
-        let etcd = try EtcdCluster(progressNotifyInterval: "10m")  // etcd's default
-        try await withTemporaryDirectoryAsync { path in
-            let store = try PersistentDefaults(path: path)
-            var options = testOptions()
-            options.requestTimeout = .seconds(5)
-            let mirror = try fleetMirror(store, etcd, options: options)
-            try await mirror.start()
-            try await mirror.set(1, for: .counter)
+        try await withCounterMirrorOfQuietEtcd { etcd, store, mirror in
             let attempts = Guarded(0)
             try await mirror.update(.counter) { value in
                 let attempt = attempts.withLock { count in
@@ -500,7 +512,6 @@ struct MirrorTests {
             }
             #expect(store[.counter] == 11)
             #expect(attempts.withLock { $0 } == 2)
-            try await mirror.stop()
         }
     }
 
@@ -508,19 +519,11 @@ struct MirrorTests {
     /// which may belong to another prefix. The removal used to wait for that revision and throw
     /// `notAppliedLocally` after the request timeout; it now returns once the key is absent here.
     @Test func removingAKeyEtcdDoesNotHaveReturnsWhenEtcdsNewestRevisionIsOutsideThePrefix() async throws {
-        let etcd = try EtcdCluster(progressNotifyInterval: "10m")  // etcd's default
-        try await withTemporaryDirectoryAsync { path in
-            let store = try PersistentDefaults(path: path)
-            var options = testOptions()
-            options.requestTimeout = .seconds(5)
-            let mirror = try fleetMirror(store, etcd, options: options)
-            try await mirror.start()
-            try await mirror.set(1, for: .counter)
+        try await withCounterMirrorOfQuietEtcd { etcd, store, mirror in
             _ = try etcd.put("/other/noise", typedInt(0))
             try await mirror.write { $0.remove(.banner) }
             #expect(try !store.contains(.banner))
             #expect(store[.counter] == 1)
-            try await mirror.stop()
         }
     }
 
