@@ -231,12 +231,18 @@ public final class PersistentDefaults: Sendable {
                 stored = Array(bytes)
             }
             // Nothing stored, or bytes that do not decode: written without asking (as before).
-            if let shouldOverwrite = key.shouldOverwrite, let stored,
-                let old = held ?? (try? key.decodeRemembering(stored)), !shouldOverwrite(old, value)
-            {
-                return
+            if let shouldOverwrite = key.shouldOverwrite, let stored {
+                held = held ?? (try? key.decodeRemembering(stored))
+                if let held, !shouldOverwrite(held, value) { return }
             }
-            encoded = key.decodesInsideRead ? fresh : try equalStoredForm(of: value, encoded: fresh, for: key) ?? fresh
+            // The equal stored form from the same read (the transaction writes only while the key
+            // holds these bytes), not from another one.
+            encoded = fresh
+            if !key.decodesInsideRead, let stored, stored.withUnsafeBytes({ Self.mayDecodeEqual($0, fresh) }),
+                let equal = equalForm(of: value, for: key, stored: stored, known: held)
+            {
+                encoded = equal
+            }
             try writeOne(sizeHint: encoded.count) { [encoded, expected = stored] transaction in
                 let wrote = try transaction.replace(key, with: encoded, ifHolding: expected)
                 applied.withLock { $0 = wrote }
@@ -250,23 +256,37 @@ public final class PersistentDefaults: Sendable {
     /// decoded after the read has ended; else nil. Keeping them makes the set no change. A commit
     /// between this read and the write can only make an equal value's set a change.
     private func equalStoredForm<Value>(of value: Value, encoded: [UInt8], for key: Key<Value>) throws -> [UInt8]? {
-        guard let isEqual = key.isEqual else { return nil }
+        guard key.isEqual != nil else { return nil }
         var stored: [UInt8]?
         var held: Value?
         try core.readValue(of: key) { bytes in
             // Copied only when they may decode equal: the same bytes, or a tag whose equal values
             // have one encoding each, need no decoding (and a set of them no allocation).
-            guard let bytes, !encoded.withUnsafeBytes({ bytes.elementsEqual($0) }),
-                WriteTransaction.mayEncodeEqualValuesDifferently(bytes.first)
-                    || WriteTransaction.mayEncodeEqualValuesDifferently(encoded.first)
-            else { return }
+            guard let bytes, Self.mayDecodeEqual(bytes, encoded) else { return }
             held = key.knownValue(of: bytes)
             stored = Array(bytes)
         }
-        guard let stored, let held = held ?? (try? key.decodeRemembering(stored)), isEqual(held, value) else {
-            return nil
-        }
+        guard let stored else { return nil }
+        return equalForm(of: value, for: key, stored: stored, known: held)
+    }
+
+    /// `stored`, bytes read for `key` that ``mayDecodeEqual(_:_:)`` admits, when they encode a
+    /// value equal to `value`: `known` when this process knows it already, else they are decoded
+    /// (after the read has ended); else nil.
+    @inline(__always)  // An `Optional<Value>` argument to a call costs a generic metadata lookup.
+    private func equalForm<Value>(of value: Value, for key: Key<Value>, stored: [UInt8], known: Value?) -> [UInt8]? {
+        guard let isEqual = key.isEqual, let held = known ?? (try? key.decodeRemembering(stored)), isEqual(held, value)
+        else { return nil }
         return stored
+    }
+
+    /// Whether stored `bytes` may encode a value equal to the one `encoded` encodes, in other
+    /// bytes: they differ, and one of the two has a tag whose equal values may have different bytes.
+    @inline(__always)
+    private static func mayDecodeEqual(_ bytes: UnsafeRawBufferPointer, _ encoded: [UInt8]) -> Bool {
+        !encoded.withUnsafeBytes({ bytes.elementsEqual($0) })
+            && (WriteTransaction.mayEncodeEqualValuesDifferently(bytes.first)
+                || WriteTransaction.mayEncodeEqualValuesDifferently(encoded.first))
     }
 
     /// Stores a key type's value, applying its `shouldRemove` and `shouldOverwrite` hooks.
