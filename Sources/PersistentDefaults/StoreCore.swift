@@ -77,7 +77,26 @@ final class StoreCore: Sendable {
     private static func openDatabases(_ environment: Environment, path: String, readOnly: Bool, creating: Bool) throws
         -> Databases
     {
-        try environment.withSetup(write: !readOnly) { transaction in
+        // A store that exists opens in a read transaction, also for writing: a write transaction
+        // would wait for LMDB's writer lock, that is for any other process's write to end, and
+        // the open runs under the registry's lock, which every open and close in this process
+        // takes (a 10 s transaction elsewhere held them all for 10 s).
+        if !readOnly {
+            do {
+                let existing = try environment.withSetup(write: false) { transaction in
+                    try transaction.openDatabase(Databases.metaName, create: false).map {
+                        try existingDatabases(meta: $0, in: transaction, path: path)
+                    }
+                }
+                if let existing { return existing }
+            } catch PersistentDefaultsError.lmdb(let code, _) where code.rawValue == EAGAIN {
+                // LMDB marks a reading process live with a lock on the byte at its process ID in
+                // `lock.mdb`; a process with the same ID in another PID namespace (a container's
+                // process 1) holds it, so this process cannot read. It can still write: the
+                // write transaction below opens the store as before.
+            }
+        }
+        return try environment.withSetup(write: !readOnly) { transaction in
             guard let meta = try transaction.openDatabase(Databases.metaName, create: false) else {
                 // Without `creating`, an environment that another process emptied or replaced
                 // between the file checks and the open is refused here, not initialised.
@@ -89,31 +108,39 @@ final class StoreCore: Sendable {
                 environment.attachWakeChannel()
                 return try initialize(transaction)
             }
-            let version: UInt32? = try Databases.formatVersionKey.withUnsafeBytes { key in
-                try transaction.withValue(meta, key) { bytes in
-                    guard let bytes, bytes.count == 4 else { return nil }
-                    return UInt32(bigEndianBytes: bytes)
-                }
-            }
-            guard let version else {
-                throw PersistentDefaultsError.notAStore(
-                    path: path, reason: "the format version is missing or malformed")
-            }
-            // Versions start at 1: a 0 was never written by any library, so the store is not one.
-            guard version >= 1 else {
-                throw PersistentDefaultsError.notAStore(
-                    path: path, reason: "the format version is 0, which no version of the format has")
-            }
-            guard version <= formatVersion else {
-                throw PersistentDefaultsError.unsupportedFormatVersion(found: version, supported: formatVersion)
-            }
-            guard let values = try transaction.openDatabase(Databases.valuesName, create: false),
-                let log = try transaction.openDatabase(Databases.logName, create: false)
-            else {
-                throw PersistentDefaultsError.notAStore(path: path, reason: "the values or log database is missing")
-            }
-            return Databases(values: values, log: log, meta: meta)
+            return try existingDatabases(meta: meta, in: transaction, path: path)
         }
+    }
+
+    /// The databases of a store whose `meta` database exists, once its format version is one
+    /// this library reads.
+    private static func existingDatabases(meta: DatabaseHandle, in transaction: Transaction, path: String) throws
+        -> Databases
+    {
+        let version: UInt32? = try Databases.formatVersionKey.withUnsafeBytes { key in
+            try transaction.withValue(meta, key) { bytes in
+                guard let bytes, bytes.count == 4 else { return nil }
+                return UInt32(bigEndianBytes: bytes)
+            }
+        }
+        guard let version else {
+            throw PersistentDefaultsError.notAStore(
+                path: path, reason: "the format version is missing or malformed")
+        }
+        // Versions start at 1: a 0 was never written by any library, so the store is not one.
+        guard version >= 1 else {
+            throw PersistentDefaultsError.notAStore(
+                path: path, reason: "the format version is 0, which no version of the format has")
+        }
+        guard version <= formatVersion else {
+            throw PersistentDefaultsError.unsupportedFormatVersion(found: version, supported: formatVersion)
+        }
+        guard let values = try transaction.openDatabase(Databases.valuesName, create: false),
+            let log = try transaction.openDatabase(Databases.logName, create: false)
+        else {
+            throw PersistentDefaultsError.notAStore(path: path, reason: "the values or log database is missing")
+        }
+        return Databases(values: values, log: log, meta: meta)
     }
 
     private static func initialize(_ transaction: Transaction) throws -> Databases {

@@ -37,7 +37,8 @@ import Testing
             defer { token.cancel() }
             // Another observing process, in a PID namespace of its own, observing another key.
             let other = try ChildProcess(
-                URL(fileURLWithPath: "/usr/bin/unshare"), ["-pf", Products.fixture.path, "watch", path, "1", "b"])
+                URL(fileURLWithPath: "/usr/bin/unshare"),
+                ["-pf", "--kill-child", Products.fixture.path, "watch", path, "1", "b"])
             defer { _ = other.kill() }
             #expect(other.wait(for: "ready"))
             // A third process changes this process's key.
@@ -59,11 +60,12 @@ import Testing
             _ = try PersistentDefaults(path: path)  // Creates the store and its channel.
             let unshare = URL(fileURLWithPath: "/usr/bin/unshare")
             let watcher = try ChildProcess(
-                unshare, ["-pf", Products.fixture.path, "watch", path, "1", "a"],
+                unshare, ["-pf", "--kill-child", Products.fixture.path, "watch", path, "1", "a"],
                 environment: ["PD_FALLBACK_MS": "60000"])
             defer { _ = watcher.kill() }
             #expect(watcher.wait(for: "ready"))
-            let writer = try runProcess(unshare, ["-pf", Products.fixture.path, "set-int", path, "a", "1"])
+            let writer = try runProcess(
+                unshare, ["-pf", "--kill-child", Products.fixture.path, "set-int", path, "a", "1"])
             #expect(writer.status == 0, "\(writer.output)")
             #expect(watcher.wait(for: "change a 0 1", timeout: 5), "\(watcher.text)")
         }

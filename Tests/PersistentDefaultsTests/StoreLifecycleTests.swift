@@ -14,6 +14,38 @@ import Testing
                 + [Products.fixture.path] + arguments, errors: .merged)
     }
 
+    /// Every open and close of a store in this process runs under one lock (lmdb.h: a store must
+    /// not be open twice in one process). An open of an existing store for writing must therefore
+    /// not wait for LMDB's writer lock: while another process held a write transaction, the open
+    /// waited for it to end, and with it every other open and close in this process.
+    @Test func aWritableOpenDoesNotWaitForAnotherProcesssWrite() throws {
+        try withTemporaryDirectory { path throws in
+            let key = PersistentDefaults.Key<Int>("k", default: 0)
+            try PersistentDefaults(path: path).set(7, for: key)  // The handle goes at once: closed.
+            let writer = try ChildProcess(fixture: ["hold-write", path])
+            defer { _ = writer.kill() }
+            #expect(writer.wait(for: "holding"))
+            let opened = DispatchSemaphore(value: 0)
+            let result = Guarded<Result<Int, any Error>?>(nil)
+            Thread.detachNewThread {
+                result.withLock { $0 = Result { try PersistentDefaults(path: path).value(for: key) } }
+                opened.signal()
+            }
+            let openedWhileWriting = opened.wait(timeout: .now() + 10) == .success
+            #expect(openedWhileWriting, "the open waited for the other process's write transaction")
+            if !openedWhileWriting {
+                _ = writer.kill()
+                _ = opened.wait(timeout: .now() + 30)
+            }
+            #expect(try result.withLock { try $0?.get() } == 7)
+            // The writer's end frees LMDB's lock for this process's writes.
+            _ = writer.kill()
+            let store = try PersistentDefaults(path: path)
+            try store.set(8, for: key)
+            #expect(try store.value(for: key) == 8)
+        }
+    }
+
     @Test func aStoreReleasedByItsErrorHandlerOnTheFlushQueueCloses() throws {
         try withTemporaryDirectory { path in
             // Made here: the child's open then syncs nothing, and its first fdatasync is the flush's.

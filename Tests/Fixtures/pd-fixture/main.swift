@@ -23,6 +23,8 @@ import PersistentDefaults
 //                                          write { } and over-limit sets (must fail), no-op writes;
 //                                          "failure …" lines for anything unexpected, then "done"
 //   pd-fixture hold-read DIR               holds a read snapshot, prints "holding", waits to be killed
+//   pd-fixture hold-write DIR              holds a write transaction (LMDB's writer lock), prints
+//                                          "holding", waits to be killed
 //   pd-fixture grow-on-input DIR BYTES     opens DIR, prints "opened", waits for its input to end,
 //                                          then sets "blob" to BYTES bytes (grows the map), prints "grown"
 //   pd-fixture fill DIR LIMIT              under RLIMIT_FSIZE = LIMIT bytes, writes 64 KiB values
@@ -140,6 +142,12 @@ func run(_ arguments: [String]) -> ToolExitCode {
         case ("hold-read", 2):
             let store = try PersistentDefaults(path: arguments[1], options: options())
             try store.read { _ in
+                say("holding")
+                while true { pause() }
+            }
+        case ("hold-write", 2):
+            let store = try PersistentDefaults(path: arguments[1], options: options())
+            try store.write { _ in
                 say("holding")
                 while true { pause() }
             }
