@@ -4,6 +4,8 @@ import Foundation
 struct DeclaredForm: Equatable {
     /// The tag a non-nil value is stored with.
     var type: StoredValue.Tag
+    /// The width of a type narrower than the tag (see ``KeyDeclaration/bitWidth``).
+    var bitWidth: Int?
     /// Whether `null` (tag `0x00`) is a value of the key.
     var isOptional: Bool
     /// The default, encoded as it would be stored.
@@ -24,8 +26,19 @@ public struct KeyDeclaration: Sendable, Equatable, CustomStringConvertible {
     public let name: String
     /// The tag a non-nil value of the key is stored with (`int`, `string`, `json` …; see
     /// ``StoredValue/Tag``). A `RawRepresentable` type has its raw value's tag, an optional its
-    /// wrapped type's tag, a key with a ``ValueConversion`` its stored type's tag.
+    /// wrapped type's tag, a key with a ``ValueConversion`` its stored type's tag; ``bitWidth``
+    /// tells a narrower type (`Int8`, `Float`) from the tag's full width.
     public let type: StoredValue.Tag
+    /// The bit width of the key's type when it holds less than its tag's 64 bits: 8, 16 or 32 for
+    /// an `int` or `uint` key (`Int8`, `UInt16`, `Int32` …), 32 for a `double` key of type
+    /// `Float`. Nil for a type of the tag's full width (`Int`, `UInt64`, `Double`), for the other
+    /// tags, and for a declaration recorded before widths were (it reads as the full width).
+    ///
+    /// ```swift
+    /// try store.declare(PersistentDefaults.Key<Int8>("level", default: 0))
+    /// try store.declaration(named: "level")?.bitWidth   // 8; typeName "int8"
+    /// ```
+    public let bitWidth: Int?
     /// Whether the key's type is optional, so that a stored `null` is a value of it.
     public let isOptional: Bool
     /// The default as it would be stored: the type tag, then the payload.
@@ -42,6 +55,7 @@ public struct KeyDeclaration: Sendable, Equatable, CustomStringConvertible {
     init(name: String, form: DeclaredForm, summary: String?, sequence: UInt64, date: Date, processID: Int32) {
         self.name = name
         type = form.type
+        bitWidth = form.bitWidth
         isOptional = form.isOptional
         encodedDefault = form.encodedDefault
         self.summary = summary
@@ -50,10 +64,22 @@ public struct KeyDeclaration: Sendable, Equatable, CustomStringConvertible {
         self.processID = processID
     }
 
-    var form: DeclaredForm { DeclaredForm(type: type, isOptional: isOptional, encodedDefault: encodedDefault) }
+    var form: DeclaredForm {
+        DeclaredForm(type: type, bitWidth: bitWidth, isOptional: isOptional, encodedDefault: encodedDefault)
+    }
 
-    /// The type as `pdinspect` prints it: the tag's name, with `?` for an optional type (`string?`).
-    public var typeName: String { isOptional ? "\(type)?" : "\(type)" }
+    /// The type as `pdinspect` prints it: the tag's name, with the width of a narrower type
+    /// (`int8`, `uint32`; `float` for a `double` key of 32 bits) and `?` for an optional type
+    /// (`string?`, `uint16?`).
+    public var typeName: String {
+        let name =
+            switch (type, bitWidth) {
+            case (.double, 32?): "float"
+            case (_, let bits?): "\(type)\(bits)"
+            case (_, nil): "\(type)"
+            }
+        return isOptional ? name + "?" : name
+    }
 
     /// The default, decoded.
     public func defaultValue() throws(StoredValueError) -> StoredValue {
@@ -67,7 +93,9 @@ public struct KeyDeclaration: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// Whether `value` decodes as the declared type, by the rules the library reads with:
-    /// numbers convert between `int`, `uint` and `double` when nothing is lost, a `date` also
+    /// numbers convert between `int`, `uint` and `double` when nothing is lost and the number fits
+    /// the declared width (an `int8` key admits -128…127, a `float` key a double that a `Float`
+    /// holds: not 1e300, not 1e-50), a `date` also
     /// reads a `double` (seconds since 1970), a `url` or `uuid` a `string` that parses as one,
     /// a `json` key any value whose JSON form parses, and `null` only an optional key.
     public func admits(_ value: StoredValue) -> Bool { mismatch(of: value) == nil }
@@ -78,13 +106,9 @@ public struct KeyDeclaration: Sendable, Equatable, CustomStringConvertible {
             switch (type, value) {
             case (_, .null): isOptional
             case (.bool, .bool), (.string, .string), (.data, .data), (.url, .url), (.uuid, .uuid): true
-            case (.int, .int), (.uint, .uint), (.double, .double): true
-            case (.double, .int(let number)): Double(exactly: number) != nil
-            case (.double, .uint(let number)): Double(exactly: number) != nil
-            case (.int, .uint(let number)): Int64(exactly: number) != nil
-            case (.int, .double(let number)): Int64(exactly: number) != nil
-            case (.uint, .int(let number)): UInt64(exactly: number) != nil
-            case (.uint, .double(let number)): UInt64(exactly: number) != nil
+            case (.int, .int), (.int, .uint), (.int, .double), (.uint, .int), (.uint, .uint), (.uint, .double),
+                (.double, .int), (.double, .uint), (.double, .double):
+                form.readsAsNumber(value)
             case (.date, .date), (.date, .double): true
             case (.url, .string(let text)): URL(string: text) != nil
             case (.uuid, .string(let text)): UUID(uuidString: text) != nil
@@ -96,6 +120,17 @@ public struct KeyDeclaration: Sendable, Equatable, CustomStringConvertible {
         return "stored \(value.tag) \(shown) does not decode as the declared type \(typeName)"
     }
 
+    /// The range of the declared type when it is narrower than its tag (`-128…127` for `int8`,
+    /// `±3.4028235e+38` for `float`); nil otherwise. For `pdinspect set`'s refusal.
+    package var rangeDescription: String? {
+        switch (type, bitWidth) {
+        case (.int, let bits?): "\(-(Int64(1) << (bits - 1)))…\((Int64(1) << (bits - 1)) - 1)"
+        case (.uint, let bits?): "0…\((UInt64(1) << bits) - 1)"
+        case (.double, 32?): "±\(Float.greatestFiniteMagnitude)"
+        default: nil
+        }
+    }
+
     private static func parses(_ json: String) -> Bool {
         (try? JSONSerialization.jsonObject(with: Data(json.utf8), options: .fragmentsAllowed)) != nil
     }
@@ -104,6 +139,38 @@ public struct KeyDeclaration: Sendable, Equatable, CustomStringConvertible {
     public static func == (lhs: KeyDeclaration, rhs: KeyDeclaration) -> Bool {
         lhs.name.utf8.elementsEqual(rhs.name.utf8) && lhs.form == rhs.form && lhs.summary == rhs.summary
             && lhs.sequence == rhs.sequence && lhs.date == rhs.date && lhs.processID == rhs.processID
+    }
+}
+
+extension DeclaredForm {
+    /// Whether the numeric `value` reads as the declared type, by that type's own conversion
+    /// (`init(stored:)`, what a key's read runs): without loss, and within the type's width.
+    func readsAsNumber(_ value: StoredValue) -> Bool {
+        func reads<Number: PrimitiveStorable>(_: Number.Type) -> Bool {
+            (try? Number(stored: value)) != nil
+        }
+        return switch (type, bitWidth) {
+        case (.int, 8?): reads(Int8.self)
+        case (.int, 16?): reads(Int16.self)
+        case (.int, 32?): reads(Int32.self)
+        case (.int, _): reads(Int64.self)
+        case (.uint, 8?): reads(UInt8.self)
+        case (.uint, 16?): reads(UInt16.self)
+        case (.uint, 32?): reads(UInt32.self)
+        case (.uint, _): reads(UInt64.self)
+        case (.double, 32?): reads(Float.self)
+        case (.double, _): reads(Double.self)
+        default: false
+        }
+    }
+
+    /// Whether `bits` is a width recorded for a key of `tag` (what ``readsAsNumber(_:)`` knows).
+    static func isValid(bitWidth bits: Int, for tag: StoredValue.Tag) -> Bool {
+        switch tag {
+        case .int, .uint: [8, 16, 32].contains(bits)
+        case .double: bits == 32
+        default: false
+        }
     }
 }
 
@@ -235,6 +302,9 @@ extension PersistentDefaults {
 /// A declaration's value in the `meta` database, as JSON with sorted keys.
 private struct DeclarationRecord: Codable {
     var type: String
+    /// ``KeyDeclaration/bitWidth``; absent for the tag's full width, and in records written
+    /// before widths were.
+    var bits: Int?
     var optional: Bool
     /// The encoded default (tag and payload), base64.
     var defaultValue: String
@@ -245,7 +315,7 @@ private struct DeclarationRecord: Codable {
     var processID: Int32
 
     enum CodingKeys: String, CodingKey {
-        case type, optional, summary, sequence, date, processID
+        case type, bits, optional, summary, sequence, date, processID
         case defaultValue = "default"
     }
 }
@@ -285,7 +355,7 @@ extension StoreCore {
     /// Writes `declaration` under its meta key.
     func record(_ declaration: KeyDeclaration, nameBytes: [UInt8], in transaction: Transaction) throws {
         let record = DeclarationRecord(
-            type: declaration.type.description, optional: declaration.isOptional,
+            type: declaration.type.description, bits: declaration.bitWidth, optional: declaration.isOptional,
             defaultValue: Data(declaration.encodedDefault).base64EncodedString(), summary: declaration.summary,
             sequence: declaration.sequence, date: declaration.date, processID: declaration.processID)
         let encoded = Array(try Self.declarationEncoder.encode(record))
@@ -348,12 +418,16 @@ extension StoreCore {
         guard let tag = StoredValue.Tag.allCases.first(where: { $0.description == record.type }), tag != .null else {
             throw failure("unknown type \"\(record.type)\"")
         }
+        if let bits = record.bits, !DeclaredForm.isValid(bitWidth: bits, for: tag) {
+            throw failure("\(bits) bits is not a width of a \(tag) key")
+        }
         guard let encodedDefault = Data(base64Encoded: record.defaultValue) else {
             throw failure("the default is not base64")
         }
         return KeyDeclaration(
             name: name,
-            form: DeclaredForm(type: tag, isOptional: record.optional, encodedDefault: Array(encodedDefault)),
+            form: DeclaredForm(
+                type: tag, bitWidth: record.bits, isOptional: record.optional, encodedDefault: Array(encodedDefault)),
             summary: record.summary, sequence: record.sequence, date: record.date, processID: record.processID)
     }
 }

@@ -73,9 +73,10 @@ extension PersistentDefaults {
             if let nameError { throw nameError }
         }
 
-        /// What a declaration records of the key's value type: the stored tag, whether `null`
-        /// is a value, and the encoded default. Every key a caller can make is a `Key<Value>`,
-        /// which overrides this; the untyped base has no type to declare.
+        /// What a declaration records of the key's value type: the stored tag, the width of a
+        /// type narrower than it, whether `null` is a value, and the encoded default. Every key a
+        /// caller can make is a `Key<Value>`, which overrides this; the untyped base has no type
+        /// to declare.
         func declaredForm() throws -> DeclaredForm {
             throw PersistentDefaultsError.invalidDeclaration(key: name, reason: "the key has no value type")
         }
@@ -196,7 +197,9 @@ extension PersistentDefaults {
                 throw PersistentDefaultsError.encodingFailed(
                     key: name, type: "\(Value.self)", reason: "the default: \(error.description)")
             }
-            return DeclaredForm(type: codec.storedTag, isOptional: codec.isOptional, encodedDefault: encoded)
+            return DeclaredForm(
+                type: codec.storedTag, bitWidth: codec.storedBitWidth, isOptional: codec.isOptional,
+                encodedDefault: encoded)
         }
 
         /// Creates a key for any `Codable` value.

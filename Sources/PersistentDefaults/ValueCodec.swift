@@ -19,6 +19,10 @@ struct ValueCodec<Value>: @unchecked Sendable {
     @usableFromInline let decode: (UnsafeRawBufferPointer) throws(StoredValueError) -> Value
     /// The tag a non-nil value is stored with: what a declaration records as the key's type.
     let storedTag: StoredValue.Tag
+    /// The bit width of the type whose reading decides what decodes, when it is narrower than the
+    /// tag's 64 bits (`Int8` … `UInt32`, `Float`); nil otherwise. A declaration records it, so
+    /// that tools refuse a value of the right tag that the type cannot hold.
+    var storedBitWidth: Int? = nil
     /// Whether the type is optional, so that an explicit `null` (tag `0x00`) decodes.
     var isOptional = false
     /// Whether decoding runs the user's code — a type's `init(from:)` or `init(rawValue:)`, a
@@ -47,7 +51,7 @@ struct ValueCodec<Value>: @unchecked Sendable {
                 do { return try fromStored(stored) } catch let error as StoredValueError {
                     throw error
                 } catch { throw StoredValueError("conversion failed: \(error)") }
-            }, storedTag: storedTag, isOptional: isOptional, runsUserCode: true)
+            }, storedTag: storedTag, storedBitWidth: storedBitWidth, isOptional: isOptional, runsUserCode: true)
     }
 }
 
@@ -127,7 +131,8 @@ extension ValueCodec {
             decode: { (bytes) throws(StoredValueError) in
                 if bytes.count == 1, bytes[0] == StoredValue.Tag.null.rawValue { return nil }
                 return try base.decode(bytes)
-            }, storedTag: base.storedTag, isOptional: true, runsUserCode: base.runsUserCode)
+            }, storedTag: base.storedTag, storedBitWidth: base.storedBitWidth, isOptional: true,
+            runsUserCode: base.runsUserCode)
         return codec as? ValueCodec<Value>
     }
 
@@ -147,7 +152,7 @@ extension ValueCodec {
                     throw StoredValueError("\(raw) is not a raw value of \(R.self)")
                 }
                 return value
-            }, storedTag: base.storedTag)
+            }, storedTag: base.storedTag, storedBitWidth: base.storedBitWidth)
         return codec as? ValueCodec<Value>
     }
 }
@@ -174,7 +179,7 @@ extension ValueCodec where Value: PrimitiveStorable {
             encodeAppending: fixedWidthTags.contains(Value.storedTag)
                 ? { (value, buffer) throws(StoredValueError) in try value.storedValue().append(to: &buffer) } : nil,
             decode: { (bytes) throws(StoredValueError) in try Value.decode(bytes) },
-            storedTag: Value.storedTag, runsUserCode: false)
+            storedTag: Value.storedTag, storedBitWidth: Value.storedBitWidth, runsUserCode: false)
     }
 }
 
@@ -260,6 +265,10 @@ extension Optional: OptionalProtocol {}
 protocol PrimitiveStorable {
     /// The tag values of this type are stored with.
     static var storedTag: StoredValue.Tag { get }
+    /// The type's bit width when it holds less than its tag's 64 bits (`Int8`: 8, `Float`: 32),
+    /// so that a stored value of the tag may not fit it; nil when every value of the tag that
+    /// converts without loss does.
+    static var storedBitWidth: Int? { get }
     /// The value to store.
     func storedValue() throws(StoredValueError) -> StoredValue
     /// Reads a stored value, converting between numeric tags when no information is lost.
@@ -287,6 +296,9 @@ extension PrimitiveStorable {
     /// the caller through `StoredValue` (conversions, errors).
     static func decodeDirectly(_ bytes: UnsafeRawBufferPointer) -> Self? { nil }
 
+    /// The full width of the tag: no narrower type.
+    static var storedBitWidth: Int? { nil }
+
     static func mismatch(_ stored: StoredValue) -> StoredValueError {
         StoredValueError("stored \(stored.tag) \(stored.jsonText.prefix(60)) is not a \(Self.self)")
     }
@@ -307,6 +319,8 @@ protocol IntegerStorable: PrimitiveStorable, FixedWidthInteger {}
 
 extension IntegerStorable {
     static var storedTag: StoredValue.Tag { isSigned ? .int : .uint }
+    /// 8, 16 or 32 for the narrower integers; nil for 64 bits (`Int`, `UInt` on a 64-bit platform).
+    static var storedBitWidth: Int? { bitWidth < 64 ? bitWidth : nil }
 
     init(stored: StoredValue) throws(StoredValueError) {
         let converted: Self? =
@@ -344,6 +358,8 @@ protocol FloatingStorable: PrimitiveStorable, BinaryFloatingPoint {}
 
 extension FloatingStorable {
     static var storedTag: StoredValue.Tag { .double }
+    /// 32 for `Float`; nil for `Double`, which holds every stored double.
+    static var storedBitWidth: Int? { MemoryLayout<Self>.size < 8 ? MemoryLayout<Self>.size * 8 : nil }
 
     init(stored: StoredValue) throws(StoredValueError) {
         // An integer converts only when the type holds it exactly, as integers do from doubles:

@@ -214,4 +214,108 @@ extension PersistentDefaults.Keys {
             #expect(int.mismatch(of: .string("x")) == "stored string \"x\" does not decode as the declared type int")
         }
     }
+
+    /// A declaration recorded only the stored tag: an `Int8` key was declared `int`, so `verify()`
+    /// passed a stored 1000 that the key's read fails on (`decodingFailed`, then the default). The
+    /// declaration now records the width of a type narrower than its tag, and admits only what
+    /// that type reads.
+    @Test func declarationsOfNarrowNumericTypesAdmitOnlyWhatTheTypeReads() throws {
+        try withTemporaryStore { store, _, _ in
+            let level = PersistentDefaults.Key<Int8>("level", default: 0)
+            let port = PersistentDefaults.Key<UInt16?>("port")
+            let gain = PersistentDefaults.Key<Float>("gain", default: 1)
+            let offset = PersistentDefaults.Key<Int32>("offset", default: 0)
+            let serial = PersistentDefaults.Key<UInt64>("serial", default: 0)
+            try store.declare(level, port, gain, offset, serial, .launchCount)
+            let declared = Dictionary(uniqueKeysWithValues: try store.declarations().map { ($0.name, $0) })
+            #expect(
+                declared.mapValues(\.typeName) == [
+                    "level": "int8", "port": "uint16?", "gain": "float", "offset": "int32", "serial": "uint",
+                    "launchCount": "int",
+                ])
+            let int8 = try #require(declared["level"])
+            #expect(int8.type == .int, "the tag stays the stored one")
+            #expect(
+                int8.admits(.int(127)) && int8.admits(.int(-128)) && int8.admits(.double(-3)) && int8.admits(.uint(5)))
+            #expect(!int8.admits(.int(128)) && !int8.admits(.int(1000)) && !int8.admits(.uint(200)))
+            #expect(!int8.admits(.double(-129)))
+            let uint16 = try #require(declared["port"])
+            #expect(uint16.admits(.null) && uint16.admits(.uint(65_535)) && uint16.admits(.int(80)))
+            #expect(!uint16.admits(.uint(65_536)) && !uint16.admits(.int(-1)))
+            let float = try #require(declared["gain"])
+            #expect(float.admits(.double(0.1)) && float.admits(.double(.infinity)) && float.admits(.int(16_777_216)))
+            #expect(!float.admits(.double(1e300)) && !float.admits(.double(1e-50)) && !float.admits(.int(16_777_217)))
+            let int32 = try #require(declared["offset"])
+            #expect(int32.admits(.int(Int64(Int32.min))) && !int32.admits(.int(Int64(Int32.max) + 1)))
+            let uint64 = try #require(declared["serial"])
+            #expect(uint64.admits(.uint(.max)) && !uint64.admits(.int(-1)))
+            #expect(
+                int8.mismatch(of: .int(1000)) == "stored int 1000 does not decode as the declared type int8")
+            // verify() reports what the code cannot read, and nothing it can.
+            try store.setStoredValue(.int(1000), named: "level")
+            try store.setStoredValue(.uint(70_000), named: "port")
+            try store.setStoredValue(.double(1e300), named: "gain")
+            try store.setStoredValue(.uint(.max), named: "serial")
+            let problems = try store.verify()
+            #expect(problems.count == 3, "\(problems)")
+            #expect(problems.contains("value of \"level\": stored int 1000 does not decode as the declared type int8"))
+            #expect(problems.contains { $0.contains("\"port\"") && $0.hasSuffix("declared type uint16?") })
+            #expect(problems.contains { $0.contains("\"gain\"") && $0.hasSuffix("declared type float") })
+            #expect(throws: PersistentDefaultsError.self) { try store.value(for: level) }
+            #expect(try store.value(for: serial) == .max)
+            // Declared again the same way: a read, no write.
+            let before = try store.statistics().lastTransactionID
+            try store.declare(level, port, gain, offset, serial, .launchCount)
+            #expect(try store.statistics().lastTransactionID == before)
+            // Two widths under one name in one call are two types.
+            #expect {
+                try store.declare(level, PersistentDefaults.Key<Int16>("level", default: 0))
+            } throws: { error in
+                guard case PersistentDefaultsError.invalidDeclaration(_, let reason) = error else { return false }
+                return reason.contains("twice")
+            }
+            // A wider type declared over a narrower one replaces it (a migration).
+            try store.declare(PersistentDefaults.Key<Int16>("level", default: 0))
+            #expect(try store.declaration(named: "level")?.typeName == "int16")
+            #expect(try store.verify().count == 2)
+        }
+    }
+
+    /// A declaration recorded before widths were (no `bits` in its JSON) still reads, as the tag's
+    /// full width; declaring a narrower key over it rewrites it once, and a key of the full width
+    /// leaves it as it is.
+    @Test func aDeclarationRecordedWithoutAWidthReadsAndIsRewrittenOnce() throws {
+        try withTemporaryDirectory { path in
+            do { _ = try PersistentDefaults(path: path) }
+            // The form declarations had before `bits`: .int(0) as default.
+            func old(_ sequence: Int) -> [UInt8] {
+                Array(
+                    (#"{"date":807182263.46,"default":"AgAAAAAAAAAA","optional":false,"processID":3344,"#
+                        + #""sequence":\#(sequence),"type":"int"}"#).utf8)
+            }
+            try rawLMDBPut(
+                path,
+                [
+                    RawLMDBEntry(database: "meta", key: Array("declared/level".utf8), value: old(0)),
+                    RawLMDBEntry(database: "meta", key: Array("declared/count".utf8), value: old(0)),
+                ])
+            let store = try PersistentDefaults(path: path)
+            let recorded = try #require(try store.declaration(named: "level"))
+            #expect(recorded.typeName == "int")
+            #expect(recorded.admits(.int(1000)), "no width recorded: the tag's full width")
+            try store.setStoredValue(.int(1000), named: "level")
+            #expect(try store.verify().isEmpty)
+            let sequence = try store.lastSequence()
+            let level = PersistentDefaults.Key<Int8>("level", default: 0)
+            let count = PersistentDefaults.Key<Int>("count", default: 0)
+            try store.declare(level, count)
+            #expect(try store.lastSequence() == sequence + 1, "one commit rewrote the old record")
+            #expect(try store.declaration(named: "level")?.typeName == "int8")
+            #expect(try store.declaration(named: "count")?.sequence == 0, "the full width's record is unchanged")
+            #expect(try store.verify().count == 1)
+            let before = try store.statistics().lastTransactionID
+            try store.declare(level, count)
+            #expect(try store.statistics().lastTransactionID == before, "rewritten once, then a read")
+        }
+    }
 }

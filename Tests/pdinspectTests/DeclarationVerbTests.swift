@@ -176,4 +176,106 @@ struct DeclarationVerbTests {
         #expect(outcome.stderr.contains("is \(limit + 1) bytes, over the limit of \(limit) bytes"))
         #expect(fixture.dataBytes == before)
     }
+
+    /// Keys of the types narrower than their stored tag, each with a value `set` must refuse
+    /// (the code cannot read it) and one at the edge of the type that it must take.
+    static let narrowTypes:
+        [(key: PersistentDefaults.Keys, type: String, tag: String, refused: String, taken: String)] = [
+            (PersistentDefaults.Key<Int8>("level", default: 0), "int8", "int", "1000", "-128"),
+            (PersistentDefaults.Key<UInt8>("u8", default: 0), "uint8", "uint", "256", "255"),
+            (PersistentDefaults.Key<Int16>("i16", default: 0), "int16", "int", "-32769", "32767"),
+            (PersistentDefaults.Key<UInt16>("u16", default: 0), "uint16", "uint", "65536", "65535"),
+            (PersistentDefaults.Key<Int32>("i32", default: 0), "int32", "int", "2147483648", "-2147483648"),
+            (PersistentDefaults.Key<UInt32?>("u32"), "uint32?", "uint", "4294967296", "4294967295"),
+            (PersistentDefaults.Key<Float>("gain", default: 1), "float", "double", "1e300", "3.4e38"),
+            (PersistentDefaults.Key<Float>("tiny", default: 1), "float", "double", "1e-50", "1e-45"),
+        ]
+
+    /// A declaration recorded only the stored tag: an `Int8` key was declared `int`, so
+    /// `set level 1000 --type int` was taken (exit 0), `check` passed, and the code's read of the
+    /// key failed (`decodingFailed`, then the default); the same for every integer narrower than
+    /// 64 bits and for `Float`. `set` now refuses such a value in one line (exit 2, nothing
+    /// written), `check` reports one stored with `--force`, and `keys --all` and `describe` show
+    /// the precise type.
+    @Test func setRefusesAValueTheDeclaredNarrowTypeCannotHoldAndCheckReportsIt() throws {
+        let fixture = try TemporaryStore()
+        let store = try fixture.open()
+        try store.declare(Self.narrowTypes.map(\.key))
+        let before = fixture.dataBytes
+        for item in Self.narrowTypes {
+            let refused = try pdinspect("set", fixture.path, item.key.name, item.refused, "--type", item.tag)
+            #expect(refused.status == 2, "\(item.key.name) \(item.refused): \(refused)")
+            #expect(refused.isOneErrorLine, "\(refused)")
+            #expect(refused.stderr.contains("key \"\(item.key.name)\" is declared as \(item.type)"), "\(refused)")
+        }
+        #expect(fixture.dataBytes == before, "nothing was written")
+        let level = try pdinspect("set", fixture.path, "level", "1000", "--type", "int")
+        #expect(
+            level.stderr
+                == "pdinspect: key \"level\" is declared as int8 (-128…127), which does not hold 1000; nothing was "
+                + "written (--force stores it anyway)\n")
+        let gain = try pdinspect("set", fixture.path, "gain", "1e300", "--type", "double")
+        #expect(gain.stderr.contains("is declared as float (±3.4028235e+38), which does not hold 1e+300;"), "\(gain)")
+        let all = try pdinspect("keys", fixture.path, "--all")
+        #expect(all.stdout.contains("level           int8     -     (default 0, not stored)\n"), "\(all.stdout)")
+        #expect(all.stdout.contains("u32             uint32?  -     (default null, not stored)\n"), "\(all.stdout)")
+        #expect(all.stdout.contains("gain            float    -     (default 1.0, not stored)\n"), "\(all.stdout)")
+        for item in Self.narrowTypes {
+            let taken = try pdinspect("set", fixture.path, item.key.name, item.taken, "--type", item.tag)
+            #expect(taken.status == 0, "\(item.key.name) \(item.taken): \(taken)")
+        }
+        #expect(try store.value(for: PersistentDefaults.Key<Int8>("level", default: 0)) == -128)
+        #expect(try store.value(for: PersistentDefaults.Key<UInt32?>("u32")) == .max)
+        #expect(try store.value(for: PersistentDefaults.Key<Float>("tiny", default: 1)) == Float(1e-45))
+        #expect(try pdinspect("check", fixture.path).status == 0)
+        let describe = try pdinspect("describe", fixture.path, "level")
+        #expect(describe.stdout.contains("type         int8 (declared)\n"), "\(describe.stdout)")
+        // --force stores it anyway; check then reports it, and the code's read fails.
+        let forced = try pdinspect("set", fixture.path, "level", "1000", "--type", "int", "--force")
+        #expect(forced.status == 0, "\(forced)")
+        #expect(throws: PersistentDefaultsError.self) {
+            try store.value(for: PersistentDefaults.Key<Int8>("level", default: 0))
+        }
+        let check = try pdinspect("check", fixture.path)
+        #expect(check.status == 1, "\(check)")
+        #expect(
+            check.stdout.contains("value of \"level\": stored int 1000 does not decode as the declared type int8"),
+            "\(check.stdout)")
+        // import checks the same way, inside its one transaction.
+        let file = fixture.scratch("import.json")
+        let document =
+            #"{"format":"pdinspect-export","version":1,"keys":{"a":{"type":"int","value":1},"u8":{"type":"uint","value":300}}}"#
+        try Data(document.utf8).write(to: URL(fileURLWithPath: file))
+        let beforeImport = fixture.dataBytes
+        let refusedImport = try pdinspect("import", fixture.path, file)
+        #expect(refusedImport.status == 2, "\(refusedImport)")
+        #expect(refusedImport.stderr.contains("key \"u8\" is declared as uint8"), "\(refusedImport)")
+        #expect(fixture.dataBytes == beforeImport)
+    }
+
+    /// `UInt64` is stored as `uint` at its full width: a value above `Int64.max` is taken for a
+    /// `UInt64` key (and read back by the code), and refused for an `Int64` key in one line,
+    /// whichever `--type` carries it.
+    @Test func aUInt64KeyTakesAValueAboveInt64MaxAndAnInt64KeyRefusesIt() throws {
+        let fixture = try TemporaryStore()
+        let store = try fixture.open()
+        let serial = PersistentDefaults.Key<UInt64>("serial", default: 0)
+        let offset = PersistentDefaults.Key<Int64>("offset", default: 0)
+        try store.declare(serial, offset)
+        let above = "9223372036854775808"
+        let before = fixture.dataBytes
+        for (type, message) in [("uint", "declared as int, not uint"), ("int", "is not a valid int value")] {
+            let refused = try pdinspect("set", fixture.path, "offset", above, "--type", type)
+            #expect(refused.status == 2, "\(refused)")
+            #expect(refused.isOneErrorLine && refused.stderr.contains(message), "\(refused)")
+        }
+        #expect(fixture.dataBytes == before)
+        let taken = try pdinspect("set", fixture.path, "serial", "18446744073709551615", "--type", "uint")
+        #expect(taken.status == 0, "\(taken)")
+        #expect(try store.value(for: serial) == .max)
+        #expect(try pdinspect("set", fixture.path, "serial", above, "--type", "uint").status == 0)
+        #expect(try store.value(for: serial) == 1 << 63)
+        #expect(try pdinspect("describe", fixture.path, "serial").stdout.contains("type         uint (declared)\n"))
+        #expect(try pdinspect("check", fixture.path).status == 0)
+    }
 }

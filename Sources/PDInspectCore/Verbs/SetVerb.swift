@@ -25,7 +25,9 @@ struct SetVerb: VerbCommand {
 
             Example: pdinspect set ~/settings launchCount 3 --type int
             A key declared by the code (PersistentDefaults.declare) takes only its declared type: another
-            type exits 2 naming the declared one, unless --force. A value larger than 64 MiB exits 2.
+            type exits 2 naming the declared one, unless --force. A key of a type narrower than its tag
+            (int8 … uint32, float: Int8 … UInt32, Float) takes the tag (--type int for int8) and exits 2 for
+            a value the type cannot hold (1000 for int8), unless --force. A value larger than 64 MiB exits 2.
             """
     }
 
