@@ -49,6 +49,26 @@ private func withCounterMirrorOfQuietEtcd(
     }
 }
 
+/// Removes the keys whose etcd value does not parse from the `fleet.` mirror's record in `meta`,
+/// as a library from before it kept them wrote the record.
+private func forgetUnparsableKeys(_ store: PersistentDefaults) throws {
+    let core = store.core
+    let name = StoreCore.mirrorKeyPrefix + Array("fleet.".utf8)
+    try core.write { writer in
+        let transaction = try writer.live()
+        let raw = try name.withUnsafeBytes { key in
+            try transaction.withValue(core.databases.meta, key) { $0.map { Data($0) } }
+        }
+        guard let raw, var record = try JSONSerialization.jsonObject(with: raw) as? [String: Any] else {
+            throw EtcdTestError("the mirror has no record")
+        }
+        record["unparsable"] = nil
+        let data = Array(try JSONSerialization.data(withJSONObject: record, options: [.sortedKeys]))
+        try name.withUnsafeBytes { key in try data.withUnsafeBytes { try transaction.put(core.databases.meta, key, $0) }
+        }
+    }
+}
+
 @Suite(.serialized, .timeLimit(.minutes(3)))
 struct MirrorTests {
     @Test func theInitialCopyIsOneCommitAtOneRevisionAndRemovesKeysEtcdDoesNotHave() async throws {
@@ -368,6 +388,83 @@ struct MirrorTests {
                 if case .decodingFailed(let key, _, _) = error { key } else { nil }
             }
             #expect(Set(failures) == ["fleet.maxConnections", "fleet.counter"])
+            try await mirror.stop()
+        }
+    }
+
+    /// An operator's value that does not parse, arriving through the watch: a read-modify-write
+    /// of its key is refused and changes nothing in etcd until a good value or a delete arrives;
+    /// a `set` (no read) still overwrites it. `update` used to write `transform` of the last good
+    /// value over the operator's: its compare on `mod_revision` passed, since the mirror had
+    /// applied (and skipped) that revision.
+    @Test func aReadModifyWriteOfAKeyWhoseEtcdValueDoesNotParseIsRefused() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryStoreAsync { store, _, _ in
+            _ = try etcd.put("/fleet/svc/maxConnections", typedInt(300))
+            let mirror = try fleetMirror(store, etcd)
+            try await mirror.start()
+            func putAndWait(_ value: String?) async throws -> Int64 {
+                let revision =
+                    try value.map { try etcd.put("/fleet/svc/maxConnections", $0) }
+                    ?? etcd.delete("/fleet/svc/maxConnections")
+                try await waitUntil("revision \(revision) is applied") { mirror.appliedRevision >= revision }
+                return revision
+            }
+            func etcdValue() throws -> String? { try etcd.range("/fleet/svc/").values["/fleet/svc/maxConnections"] }
+
+            let garbage = try await putAndWait("not a number")
+            let refused = EtcdMirrorError.unparsableValue(key: "fleet.maxConnections", revision: garbage)
+            await #expect(throws: refused) { try await mirror.update(.mirroredMax) { $0 + 1 } }
+            await #expect(throws: refused) { try await mirror.write { tx in tx[.counter] = tx[.mirroredMax] } }
+            #expect(try etcdValue() == "not a number")
+            #expect(try !store.contains(.counter))
+            #expect(store[.mirroredMax] == 300)  // The last good value, for local reads.
+            #expect(mirror.checkConsistency() == [])  // The record agrees with etcd.
+
+            _ = try await putAndWait(typedInt(400))
+            try await mirror.update(.mirroredMax) { $0 + 1 }
+            #expect(try etcdValue() == typedInt(401))
+
+            // A delete clears it too; a set, which reads nothing, overwrites it.
+            _ = try await putAndWait(#"{"type":"int","value":"#)
+            _ = try await putAndWait(nil)
+            try await mirror.update(.mirroredMax) { $0 + 1 }
+            #expect(try etcdValue() == typedInt(101))
+            _ = try await putAndWait("still not a number")
+            try await mirror.set(7, for: .mirroredMax)
+            #expect(try etcdValue() == typedInt(7))
+            try await mirror.update(.mirroredMax) { $0 + 1 }
+            #expect(try etcdValue() == typedInt(8))
+            try await mirror.stop()
+        }
+    }
+
+    /// The same after a restart: a mirror that starts on the store knows the key's etcd value does
+    /// not parse — from its initial copy, from the store's record, and from its catch-up when the
+    /// record comes from a library that did not keep such keys.
+    @Test func aRestartedMirrorStillRefusesAReadModifyWriteOfAKeyWhoseEtcdValueDoesNotParse() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            let garbage = try etcd.put("/fleet/svc/maxConnections", "not a number")
+            let refused = EtcdMirrorError.unparsableValue(key: "fleet.maxConnections", revision: garbage)
+            for round in 0..<3 {
+                if round == 2 {
+                    try forgetUnparsableKeys(store)
+                    _ = try etcd.put("/fleet/svc/banner", #"{"type":"string","value":"hi"}"#)  // A catch-up.
+                }
+                let mirror = try fleetMirror(store, etcd)
+                try await mirror.start()
+                await #expect(throws: refused, "round \(round)") { try await mirror.update(.mirroredMax) { $0 + 1 } }
+                #expect(try etcd.range("/fleet/svc/").values["/fleet/svc/maxConnections"] == "not a number")
+                try await mirror.stop()
+            }
+            let mirror = try fleetMirror(store, etcd)
+            try await mirror.start()
+            let good = try etcd.put("/fleet/svc/maxConnections", typedInt(400))
+            try await waitUntil("the good value is applied") { mirror.appliedRevision >= good }
+            try await mirror.update(.mirroredMax) { $0 + 1 }
+            #expect(try etcd.range("/fleet/svc/").values["/fleet/svc/maxConnections"] == typedInt(401))
             try await mirror.stop()
         }
     }
