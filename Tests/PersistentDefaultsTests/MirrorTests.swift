@@ -624,6 +624,92 @@ struct MirrorTests {
         }
     }
 
+    /// Each key a write read must be unchanged in etcd when its transaction commits: modified,
+    /// deleted (the case that needs a key present at the read to cost two comparisons) or created
+    /// after the read, the transaction fails and the body runs again on the newer value.
+    @Test func aWriteConflictsWithAChangeDeletionOrCreationOfAKeyItRead() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            _ = try etcd.put("/fleet/svc/counter", typedInt(1))
+            let mirror = try fleetMirror(store, etcd)
+            try await mirror.start()
+            /// `update(.counter) { $0 + 1 }` while an operator runs `change` during its first try.
+            func increment(whileAnOperator change: @escaping () throws -> Void) async throws -> Int {
+                let attempts = Guarded(0)
+                try await mirror.update(.counter) { value in
+                    let attempt = attempts.withLock { count in
+                        count += 1
+                        return count
+                    }
+                    if attempt == 1 { try change() }
+                    return value + 1
+                }
+                return attempts.withLock { $0 }
+            }
+            func etcdCounter() throws -> String? { try etcd.range("/fleet/svc/").values["/fleet/svc/counter"] }
+
+            #expect(try await increment { _ = try etcd.put("/fleet/svc/counter", typedInt(10)) } == 2)
+            #expect(try etcdCounter() == typedInt(11))
+            // Present when read, deleted before the commit: not written back from the stale 11.
+            #expect(try await increment { _ = try etcd.delete("/fleet/svc/counter") } == 2)
+            #expect(try etcdCounter() == typedInt(1))
+            let deleted = try etcd.delete("/fleet/svc/counter")
+            try await waitUntil("the deletion is applied") { mirror.appliedRevision >= deleted }
+            // Absent when read, created before the commit.
+            #expect(try await increment { _ = try etcd.put("/fleet/svc/counter", typedInt(20)) } == 2)
+            #expect(try etcdCounter() == typedInt(21))
+            #expect(store[.counter] == 21)
+            try await mirror.stop()
+        }
+    }
+
+    /// etcd's default `--max-txn-ops` is 128, for the comparisons and for the writes apart: a write
+    /// may read 64 keys that exist (two comparisons each) or 128 that do not (one), and set 128.
+    /// One more fails with `tooManyOperations` before anything is sent, and etcd is unchanged.
+    @Test func aWriteOverEtcdsOperationLimitFailsBeforeAnythingIsSent() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            let present = (0..<65).map { PersistentDefaults.Key<Int>("fleet.present\($0)", default: 0) }
+            let absent = (0..<129).map { PersistentDefaults.Key<Int>("fleet.absent\($0)", default: 0) }
+            _ = try etcd.txn(present.map { ("/fleet/svc/" + $0.name.dropFirst("fleet.".count), typedInt(1)) })
+            let mirror = try fleetMirror(store, etcd)
+            try await mirror.start()
+            /// Reads `reads`, sets `.counter` to their sum and `sets`' keys to 2.
+            func write(reading reads: [PersistentDefaults.Key<Int>], setting sets: [PersistentDefaults.Key<Int>] = [])
+                async throws
+            {
+                try await mirror.write { tx in
+                    tx[.counter] = reads.reduce(0) { $0 + tx[$1] }
+                    for key in sets { tx[key] = 2 }
+                }
+            }
+
+            try await write(reading: Array(present.prefix(64)))
+            #expect(store[.counter] == 64)
+            try await write(reading: Array(absent.prefix(128)))
+            #expect(store[.counter] == 0)
+            try await write(reading: [], setting: Array(absent.prefix(127)))  // With .counter: 128 writes.
+            #expect(store[absent[126]] == 2)
+
+            let before = try etcd.range("/fleet/svc/")
+            await #expect(throws: EtcdMirrorError.tooManyOperations(count: 130, limit: 128)) {
+                try await write(reading: present)
+            }
+            await #expect(throws: EtcdMirrorError.tooManyOperations(count: 129, limit: 128)) {
+                try await write(reading: Array(present.prefix(64)) + [absent[128]])
+            }
+            await #expect(throws: EtcdMirrorError.tooManyOperations(count: 129, limit: 128)) {
+                try await write(reading: [], setting: Array(absent.prefix(128)))
+            }
+            let after = try etcd.range("/fleet/svc/")
+            #expect(after.revision == before.revision)
+            #expect(after.values.count == before.values.count)
+            try await mirror.stop()
+        }
+    }
+
     @Test func twoHostsIncrementingOneKey100TimesEachEndAtExactly200More() async throws {
         let etcd = try EtcdCluster()
         try await withTemporaryDirectoryAsync { first in

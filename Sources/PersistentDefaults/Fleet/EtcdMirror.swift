@@ -343,6 +343,11 @@ public final class EtcdMirror: Sendable {
     /// }
     /// ```
     ///
+    /// etcd accepts at most 128 comparisons and 128 writes in a transaction (its default
+    /// `--max-txn-ops`): `body` may set up to 128 keys and read up to 64 that exist (each costs two
+    /// comparisons; one that does not exist costs one). Beyond that this throws
+    /// ``EtcdMirrorError/tooManyOperations(count:limit:)`` and sends nothing.
+    ///
     /// `body` may run several times; keep it free of other effects. Reading a key whose value in
     /// etcd does not parse throws ``EtcdMirrorError/unparsableValue(key:revision:)`` there, and
     /// the write sends nothing.

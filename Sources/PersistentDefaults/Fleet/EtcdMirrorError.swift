@@ -28,7 +28,11 @@ public enum EtcdMirrorError: Error, Sendable, Equatable, CustomStringConvertible
     /// ``EtcdMirror/update(_:_:)`` or ``EtcdMirror/write(_:)`` met a concurrent change of a key
     /// it read on every one of `attempts` tries.
     case tooManyConflicts(attempts: Int)
-    /// A transaction holds more operations than etcd accepts (128 by default).
+    /// A transaction holds more operations than etcd accepts (its `--max-txn-ops`, 128 by
+    /// default, for the comparisons and the writes apart); nothing was sent. `count` is the larger
+    /// of the two: its writes (one per key set or removed) and its comparisons (two per key read
+    /// that exists, one per key read that does not). So a ``EtcdMirror/write(_:)`` may set 128
+    /// keys and read 64 that exist.
     case tooManyOperations(count: Int, limit: Int)
     /// An ``EtcdMirror/update(_:_:)``, or a ``EtcdMirror/write(_:)`` body, read a key whose value
     /// in etcd (put at `revision`) does not parse or cannot be stored: the local copy keeps its

@@ -127,8 +127,14 @@ public final class EtcdMirrorTransaction {
     }
 
     /// The etcd transaction: for each key read, "unchanged since `revision`" — present then:
-    /// `mod_revision < revision + 1` and `version > 0` (a deleted key has version 0); absent
-    /// then: `version = 0` — and the writes.
+    /// `mod_revision < revision + 1` and `version > 0`; absent then: `version = 0` — and the
+    /// writes.
+    ///
+    /// A key present at `revision` needs both comparisons: etcd compares a key that does not
+    /// exist as all zeros, so `mod_revision < revision + 1` alone passes for a key deleted since.
+    /// One comparison (`mod_revision = ` its exact revision) would need each key's `mod_revision`
+    /// at `revision`, which the local copy does not keep. So a write may read 64 keys that exist
+    /// (or 128 that do not) within etcd's default `--max-txn-ops` of 128.
     func request() throws -> EtcdTxnRequest {
         if let firstError { throw firstError }
         var compare: [EtcdCompare] = []
