@@ -49,6 +49,26 @@ private func withCounterMirrorOfQuietEtcd(
     }
 }
 
+/// Removes the keys whose etcd value does not parse from the `fleet.` mirror's record in `meta`,
+/// as a library from before it kept them wrote the record.
+private func forgetUnparsableKeys(_ store: PersistentDefaults) throws {
+    let core = store.core
+    let name = StoreCore.mirrorKeyPrefix + Array("fleet.".utf8)
+    try core.write { writer in
+        let transaction = try writer.live()
+        let raw = try name.withUnsafeBytes { key in
+            try transaction.withValue(core.databases.meta, key) { $0.map { Data($0) } }
+        }
+        guard let raw, var record = try JSONSerialization.jsonObject(with: raw) as? [String: Any] else {
+            throw EtcdTestError("the mirror has no record")
+        }
+        record["unparsable"] = nil
+        let data = Array(try JSONSerialization.data(withJSONObject: record, options: [.sortedKeys]))
+        try name.withUnsafeBytes { key in try data.withUnsafeBytes { try transaction.put(core.databases.meta, key, $0) }
+        }
+    }
+}
+
 @Suite(.serialized, .timeLimit(.minutes(3)))
 struct MirrorTests {
     @Test func theInitialCopyIsOneCommitAtOneRevisionAndRemovesKeysEtcdDoesNotHave() async throws {
@@ -372,6 +392,83 @@ struct MirrorTests {
         }
     }
 
+    /// An operator's value that does not parse, arriving through the watch: a read-modify-write
+    /// of its key is refused and changes nothing in etcd until a good value or a delete arrives;
+    /// a `set` (no read) still overwrites it. `update` used to write `transform` of the last good
+    /// value over the operator's: its compare on `mod_revision` passed, since the mirror had
+    /// applied (and skipped) that revision.
+    @Test func aReadModifyWriteOfAKeyWhoseEtcdValueDoesNotParseIsRefused() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryStoreAsync { store, _, _ in
+            _ = try etcd.put("/fleet/svc/maxConnections", typedInt(300))
+            let mirror = try fleetMirror(store, etcd)
+            try await mirror.start()
+            func putAndWait(_ value: String?) async throws -> Int64 {
+                let revision =
+                    try value.map { try etcd.put("/fleet/svc/maxConnections", $0) }
+                    ?? etcd.delete("/fleet/svc/maxConnections")
+                try await waitUntil("revision \(revision) is applied") { mirror.appliedRevision >= revision }
+                return revision
+            }
+            func etcdValue() throws -> String? { try etcd.range("/fleet/svc/").values["/fleet/svc/maxConnections"] }
+
+            let garbage = try await putAndWait("not a number")
+            let refused = EtcdMirrorError.unparsableValue(key: "fleet.maxConnections", revision: garbage)
+            await #expect(throws: refused) { try await mirror.update(.mirroredMax) { $0 + 1 } }
+            await #expect(throws: refused) { try await mirror.write { tx in tx[.counter] = tx[.mirroredMax] } }
+            #expect(try etcdValue() == "not a number")
+            #expect(try !store.contains(.counter))
+            #expect(store[.mirroredMax] == 300)  // The last good value, for local reads.
+            #expect(mirror.checkConsistency() == [])  // The record agrees with etcd.
+
+            _ = try await putAndWait(typedInt(400))
+            try await mirror.update(.mirroredMax) { $0 + 1 }
+            #expect(try etcdValue() == typedInt(401))
+
+            // A delete clears it too; a set, which reads nothing, overwrites it.
+            _ = try await putAndWait(#"{"type":"int","value":"#)
+            _ = try await putAndWait(nil)
+            try await mirror.update(.mirroredMax) { $0 + 1 }
+            #expect(try etcdValue() == typedInt(101))
+            _ = try await putAndWait("still not a number")
+            try await mirror.set(7, for: .mirroredMax)
+            #expect(try etcdValue() == typedInt(7))
+            try await mirror.update(.mirroredMax) { $0 + 1 }
+            #expect(try etcdValue() == typedInt(8))
+            try await mirror.stop()
+        }
+    }
+
+    /// The same after a restart: a mirror that starts on the store knows the key's etcd value does
+    /// not parse — from its initial copy, from the store's record, and from its catch-up when the
+    /// record comes from a library that did not keep such keys.
+    @Test func aRestartedMirrorStillRefusesAReadModifyWriteOfAKeyWhoseEtcdValueDoesNotParse() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            let garbage = try etcd.put("/fleet/svc/maxConnections", "not a number")
+            let refused = EtcdMirrorError.unparsableValue(key: "fleet.maxConnections", revision: garbage)
+            for round in 0..<3 {
+                if round == 2 {
+                    try forgetUnparsableKeys(store)
+                    _ = try etcd.put("/fleet/svc/banner", #"{"type":"string","value":"hi"}"#)  // A catch-up.
+                }
+                let mirror = try fleetMirror(store, etcd)
+                try await mirror.start()
+                await #expect(throws: refused, "round \(round)") { try await mirror.update(.mirroredMax) { $0 + 1 } }
+                #expect(try etcd.range("/fleet/svc/").values["/fleet/svc/maxConnections"] == "not a number")
+                try await mirror.stop()
+            }
+            let mirror = try fleetMirror(store, etcd)
+            try await mirror.start()
+            let good = try etcd.put("/fleet/svc/maxConnections", typedInt(400))
+            try await waitUntil("the good value is applied") { mirror.appliedRevision >= good }
+            try await mirror.update(.mirroredMax) { $0 + 1 }
+            #expect(try etcd.range("/fleet/svc/").values["/fleet/svc/maxConnections"] == typedInt(401))
+            try await mirror.stop()
+        }
+    }
+
     /// Two etcd keys whose names under the prefix are not UTF-8 (`a\u{FF}`, `a\u{FE}`) have no
     /// local name: they used to be stored under one repaired name (`fleet.a\u{FFFD}`, the last one
     /// winning), which then never matched etcd, so every consistency check "repaired" it.
@@ -524,6 +621,92 @@ struct MirrorTests {
             try await mirror.write { $0.remove(.banner) }
             #expect(try !store.contains(.banner))
             #expect(store[.counter] == 1)
+        }
+    }
+
+    /// Each key a write read must be unchanged in etcd when its transaction commits: modified,
+    /// deleted (the case that needs a key present at the read to cost two comparisons) or created
+    /// after the read, the transaction fails and the body runs again on the newer value.
+    @Test func aWriteConflictsWithAChangeDeletionOrCreationOfAKeyItRead() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            _ = try etcd.put("/fleet/svc/counter", typedInt(1))
+            let mirror = try fleetMirror(store, etcd)
+            try await mirror.start()
+            /// `update(.counter) { $0 + 1 }` while an operator runs `change` during its first try.
+            func increment(whileAnOperator change: @escaping () throws -> Void) async throws -> Int {
+                let attempts = Guarded(0)
+                try await mirror.update(.counter) { value in
+                    let attempt = attempts.withLock { count in
+                        count += 1
+                        return count
+                    }
+                    if attempt == 1 { try change() }
+                    return value + 1
+                }
+                return attempts.withLock { $0 }
+            }
+            func etcdCounter() throws -> String? { try etcd.range("/fleet/svc/").values["/fleet/svc/counter"] }
+
+            #expect(try await increment { _ = try etcd.put("/fleet/svc/counter", typedInt(10)) } == 2)
+            #expect(try etcdCounter() == typedInt(11))
+            // Present when read, deleted before the commit: not written back from the stale 11.
+            #expect(try await increment { _ = try etcd.delete("/fleet/svc/counter") } == 2)
+            #expect(try etcdCounter() == typedInt(1))
+            let deleted = try etcd.delete("/fleet/svc/counter")
+            try await waitUntil("the deletion is applied") { mirror.appliedRevision >= deleted }
+            // Absent when read, created before the commit.
+            #expect(try await increment { _ = try etcd.put("/fleet/svc/counter", typedInt(20)) } == 2)
+            #expect(try etcdCounter() == typedInt(21))
+            #expect(store[.counter] == 21)
+            try await mirror.stop()
+        }
+    }
+
+    /// etcd's default `--max-txn-ops` is 128, for the comparisons and for the writes apart: a write
+    /// may read 64 keys that exist (two comparisons each) or 128 that do not (one), and set 128.
+    /// One more fails with `tooManyOperations` before anything is sent, and etcd is unchanged.
+    @Test func aWriteOverEtcdsOperationLimitFailsBeforeAnythingIsSent() async throws {
+        let etcd = try EtcdCluster()
+        try await withTemporaryDirectoryAsync { path in
+            let store = try PersistentDefaults(path: path)
+            let present = (0..<65).map { PersistentDefaults.Key<Int>("fleet.present\($0)", default: 0) }
+            let absent = (0..<129).map { PersistentDefaults.Key<Int>("fleet.absent\($0)", default: 0) }
+            _ = try etcd.txn(present.map { ("/fleet/svc/" + $0.name.dropFirst("fleet.".count), typedInt(1)) })
+            let mirror = try fleetMirror(store, etcd)
+            try await mirror.start()
+            /// Reads `reads`, sets `.counter` to their sum and `sets`' keys to 2.
+            func write(reading reads: [PersistentDefaults.Key<Int>], setting sets: [PersistentDefaults.Key<Int>] = [])
+                async throws
+            {
+                try await mirror.write { tx in
+                    tx[.counter] = reads.reduce(0) { $0 + tx[$1] }
+                    for key in sets { tx[key] = 2 }
+                }
+            }
+
+            try await write(reading: Array(present.prefix(64)))
+            #expect(store[.counter] == 64)
+            try await write(reading: Array(absent.prefix(128)))
+            #expect(store[.counter] == 0)
+            try await write(reading: [], setting: Array(absent.prefix(127)))  // With .counter: 128 writes.
+            #expect(store[absent[126]] == 2)
+
+            let before = try etcd.range("/fleet/svc/")
+            await #expect(throws: EtcdMirrorError.tooManyOperations(count: 130, limit: 128)) {
+                try await write(reading: present)
+            }
+            await #expect(throws: EtcdMirrorError.tooManyOperations(count: 129, limit: 128)) {
+                try await write(reading: Array(present.prefix(64)) + [absent[128]])
+            }
+            await #expect(throws: EtcdMirrorError.tooManyOperations(count: 129, limit: 128)) {
+                try await write(reading: [], setting: Array(absent.prefix(128)))
+            }
+            let after = try etcd.range("/fleet/svc/")
+            #expect(after.revision == before.revision)
+            #expect(after.values.count == before.values.count)
+            try await mirror.stop()
         }
     }
 

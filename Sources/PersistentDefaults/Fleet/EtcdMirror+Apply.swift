@@ -13,10 +13,12 @@ extension EtcdMirror {
             writer.appliesMirror = true
             failures.removeAll()  // The body runs again when the map grows.
             let transaction = try writer.live()
-            let record = try ownRecord(in: transaction)
+            var record = try ownRecord(in: transaction)
             guard record.revision < revision else { return record.revision }
+            var unparsable = record.unparsableNames
             for event in events {
                 guard let name = localName(ofEtcdKey: event.kv.key) else { continue }
+                unparsable[name] = nil
                 do {
                     let key = try localKey(named: name)
                     if event.isDelete {
@@ -30,8 +32,11 @@ extension EtcdMirror {
                     where error.concernsOnlyItsRequest
                 {
                     failures.append(error)
+                    // The key keeps its last good value, which a write must not take for etcd's.
+                    if !event.isDelete { unparsable[name] = revision }
                 }
             }
+            record.unparsableNames = unparsable
             try recordApplied(revision, of: clusterID, in: record, writer: writer)
             return revision
         }
@@ -63,6 +68,7 @@ extension EtcdMirror {
                 guard record.revision < revision || !sameCluster else { return record.revision }
             }
             changed = try makeLocalCopyEqual(to: wanted, writer: writer, in: transaction)
+            record.unparsableNames = wanted.unparsable
             if repairAt == nil {
                 record.revision = revision
                 record.clusterID = snapshot.header.clusterID
@@ -104,7 +110,7 @@ extension EtcdMirror {
             writer.appliesMirror = true
             repaired = nil  // The body runs again when the map grows.
             let transaction = try writer.live()
-            let record = try ownRecord(in: transaction)
+            var record = try ownRecord(in: transaction)
             let sameCluster = record.clusterID.isEmpty || record.clusterID == snapshot.header.clusterID
             if sameCluster, record.revision > revision {
                 guard record.revision == before.revision, record.applied == before.applied else { return nil }
@@ -113,6 +119,7 @@ extension EtcdMirror {
             }
             let changed = try makeLocalCopyEqual(to: wanted, writer: writer, in: transaction)
             if sameCluster, record.revision > revision { repaired = changed }
+            record.unparsableNames = wanted.unparsable
             try recordApplied(revision, of: snapshot.header.clusterID, in: record, writer: writer)
             return revision
         }
@@ -150,7 +157,7 @@ extension EtcdMirror {
     ) throws -> [String] {
         var changed: [String] = []
         for name in try localNames(in: transaction) where wanted.values[name] == nil {
-            guard !wanted.unparsable.contains(name) else { continue }
+            guard wanted.unparsable[name] == nil else { continue }
             let key = PersistentDefaults.Keys(name: String(decoding: name, as: UTF8.self))
             try writer.replace(key, with: nil, in: transaction)
             changed.append(key.name)
@@ -168,7 +175,7 @@ extension EtcdMirror {
     /// The values a snapshot asks for, by local name, and the names whose value does not parse
     /// (reported, left as they are).
     func desiredValues(_ snapshot: EtcdRangeResponse) -> (CatchUp, [PersistentDefaultsError]) {
-        var wanted = CatchUp(revision: snapshot.header.revision, values: [:], unparsable: [])
+        var wanted = CatchUp(revision: snapshot.header.revision, values: [:], unparsable: [:])
         var failures: [PersistentDefaultsError] = []
         for kv in snapshot.kvs {
             guard let name = localName(ofEtcdKey: kv.key) else { continue }
@@ -178,7 +185,7 @@ extension EtcdMirror {
                 try store.core.checkSize(bytes, of: key.name)
                 wanted.values[name] = bytes
             } catch {
-                wanted.unparsable.insert(name)
+                wanted.unparsable[name] = kv.modRevision
                 failures.append(
                     error as? PersistentDefaultsError
                         ?? .decodingFailed(key: String(decoding: name, as: UTF8.self), type: "", reason: "\(error)"))
@@ -196,7 +203,7 @@ extension EtcdMirror {
                 try transaction.forEach(store.core.databases.values, from: start) { key, value in
                     guard key.starts(with: localPrefixBytes) else { return false }
                     let name = Array(key)
-                    if wanted.unparsable.contains(name) { return true }
+                    if wanted.unparsable[name] != nil { return true }
                     guard let expected = wanted.values[name], expected.elementsEqual(value) else {
                         matches = false
                         return false
@@ -205,9 +212,40 @@ extension EtcdMirror {
                     return true
                 }
             }
-            let expectedCount = wanted.values.keys.count { !wanted.unparsable.contains($0) }
+            let expectedCount = wanted.values.keys.count { wanted.unparsable[$0] == nil }
             return matches && seen == expectedCount
         }
+    }
+
+    /// Adds to the store's record the names whose etcd value, put at or before the recorded
+    /// revision, does not parse in `wanted` (etcd's prefix at a revision not older than the
+    /// recorded one): a record written by a library that did not keep them lacks them, and the
+    /// watch, resuming after the recorded revision, never delivers those values again. Writes
+    /// only when one is missing.
+    func learnUnparsable(from wanted: CatchUp) throws {
+        let missing = { (record: MirrorRecord) -> [[UInt8]: Int64] in
+            guard record.revision <= wanted.revision else { return [:] }  // The store moved on.
+            let known = record.unparsableNames
+            return MirrorRecord.storable(wanted.unparsable).filter { name, revision in
+                revision <= record.revision && known[name] == nil
+            }
+        }
+        let core = store.core
+        guard try !core.environment.withRead({ try missing(ownRecord(in: $0)) }).isEmpty else { return }
+        try core.write { writer in
+            let transaction = try writer.live()
+            var record = try ownRecord(in: transaction)
+            let learnt = missing(record)
+            guard !learnt.isEmpty else { return }
+            record.unparsableNames.merge(learnt) { known, _ in known }
+            try core.recordMirror(record, localPrefix: localPrefixBytes, in: transaction)
+        }
+    }
+
+    /// Whether `record` holds exactly the names that do not parse in `wanted` (etcd's prefix at
+    /// the recorded revision).
+    func recordsUnparsable(of wanted: CatchUp, in record: MirrorRecord) -> Bool {
+        record.unparsableNames == MirrorRecord.storable(wanted.unparsable)
     }
 
     /// The names under the local prefix, in byte order.

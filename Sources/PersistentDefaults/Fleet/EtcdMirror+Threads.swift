@@ -22,11 +22,13 @@ extension EtcdMirror {
             if record.revision == 0 || !sameCluster {
                 try applySnapshot(snapshot)
             } else if record.revision >= snapshot.header.revision {
+                try learnUnparsable(from: desiredValues(snapshot).0)
                 noteApplied(record.revision)
             } else {
                 // A restart: the watch resumes after the recorded revision; `start()` returns once
                 // the local copy equals this snapshot or the watch went past it.
                 let (wanted, _) = desiredValues(snapshot)
+                try learnUnparsable(from: wanted)
                 status.withLock { $0.catchUp = wanted }
                 noteApplied(record.revision)
                 if try localCopyMatches(wanted) { finishCatchUp() }
@@ -264,7 +266,8 @@ extension EtcdMirror {
     func checkConsistency() -> [String]? {
         let epoch = status.withLock { $0.epoch }
         do {
-            let revision = try store.core.environment.withRead { try ownRecord(in: $0).revision }
+            let record = try store.core.environment.withRead { try ownRecord(in: $0) }
+            let revision = record.revision
             guard revision > 0 else { return nil }
             let snapshot: EtcdRangeResponse
             do {
@@ -278,7 +281,7 @@ extension EtcdMirror {
             }
             recordContact(progressRevision: nil)
             let (wanted, _) = desiredValues(snapshot)
-            if try localCopyMatches(wanted) { return [] }
+            if try localCopyMatches(wanted), recordsUnparsable(of: wanted, in: record) { return [] }
             guard let repaired = try applySnapshot(snapshot, repairAt: revision, epoch: epoch) else { return nil }
             if !repaired.isEmpty {
                 store.core.reporter.report(

@@ -43,7 +43,10 @@ import Foundation
 ///   repairs a difference, reporting it through ``PersistentDefaults/Options/errorHandler``.
 ///
 /// A value in etcd that does not parse is reported through the store's error handler and not
-/// applied; the other keys of its revision are, and the key keeps its last good value.
+/// applied; the other keys of its revision are, and the key keeps its last good value. Until a
+/// good value or a delete reaches the key in etcd, a write through the mirror that reads it
+/// (``update(_:_:)``, a ``write(_:)`` body) throws ``EtcdMirrorError/unparsableValue(key:revision:)``
+/// and sends nothing; ``set(_:for:)``, which reads nothing, replaces it.
 public final class EtcdMirror: Sendable {
     /// Timing of the mirror's requests, reconnects and checks.
     public struct Options: Sendable {
@@ -134,7 +137,8 @@ public final class EtcdMirror: Sendable {
         var revision: Int64
         /// Local name bytes → the value bytes etcd held (values that do not parse left out).
         var values: [[UInt8]: [UInt8]]
-        var unparsable: Set<[UInt8]>
+        /// Local name bytes → the revision of an etcd value that does not parse or cannot be stored.
+        var unparsable: [[UInt8]: Int64]
     }
 
     /// Creates a mirror and records in the store that it owns `localPrefix`.
@@ -306,7 +310,8 @@ public final class EtcdMirror: Sendable {
     ///
     /// A value the key's hooks remove (`nil` of an optional key, `shouldRemove`) deletes the etcd
     /// key. Throws ``EtcdMirrorError/keyOutsidePrefix(key:localPrefix:)`` for a key that this
-    /// mirror does not own.
+    /// mirror does not own. It reads nothing, so it also replaces an etcd value that does not
+    /// parse (how code repairs one).
     public func set<Value>(_ value: Value, for key: PersistentDefaults.Key<Value>) async throws {
         try await write { $0.setValue(value, for: key) }
     }
@@ -318,6 +323,9 @@ public final class EtcdMirror: Sendable {
     /// ```swift
     /// try await mirror.update(.maxConnections) { $0 + 1 }   // two hosts × 100 calls: exactly +200
     /// ```
+    ///
+    /// Throws ``EtcdMirrorError/unparsableValue(key:revision:)``, sending nothing, while the key's
+    /// value in etcd does not parse: the local value is then the last good one, not etcd's.
     public func update<Value>(_ key: PersistentDefaults.Key<Value>, _ transform: (Value) throws -> Value) async throws {
         try await write { transaction in
             transaction.setValue(try transform(try transaction.value(for: key)), for: key)
@@ -335,7 +343,14 @@ public final class EtcdMirror: Sendable {
     /// }
     /// ```
     ///
-    /// `body` may run several times; keep it free of other effects.
+    /// etcd accepts at most 128 comparisons and 128 writes in a transaction (its default
+    /// `--max-txn-ops`): `body` may set up to 128 keys and read up to 64 that exist (each costs two
+    /// comparisons; one that does not exist costs one). Beyond that this throws
+    /// ``EtcdMirrorError/tooManyOperations(count:limit:)`` and sends nothing.
+    ///
+    /// `body` may run several times; keep it free of other effects. Reading a key whose value in
+    /// etcd does not parse throws ``EtcdMirrorError/unparsableValue(key:revision:)`` there, and
+    /// the write sends nothing.
     public func write(_ body: (EtcdMirrorTransaction) throws -> Void) async throws {
         switch state {
         case .live, .reconnecting: try await writeAttempts(body)

@@ -28,8 +28,17 @@ public enum EtcdMirrorError: Error, Sendable, Equatable, CustomStringConvertible
     /// ``EtcdMirror/update(_:_:)`` or ``EtcdMirror/write(_:)`` met a concurrent change of a key
     /// it read on every one of `attempts` tries.
     case tooManyConflicts(attempts: Int)
-    /// A transaction holds more operations than etcd accepts (128 by default).
+    /// A transaction holds more operations than etcd accepts (its `--max-txn-ops`, 128 by
+    /// default, for the comparisons and the writes apart); nothing was sent. `count` is the larger
+    /// of the two: its writes (one per key set or removed) and its comparisons (two per key read
+    /// that exists, one per key read that does not). So a ``EtcdMirror/write(_:)`` may set 128
+    /// keys and read 64 that exist.
     case tooManyOperations(count: Int, limit: Int)
+    /// An ``EtcdMirror/update(_:_:)``, or a ``EtcdMirror/write(_:)`` body, read a key whose value
+    /// in etcd (put at `revision`) does not parse or cannot be stored: the local copy keeps its
+    /// last good value, and writing from that value would overwrite the operator's. Nothing was
+    /// sent. Put a valid value in etcd, or set the key without reading it.
+    case unparsableValue(key: String, revision: Int64)
     /// The mirror is not running: ``EtcdMirror/start()`` was not called or did not succeed, or
     /// ``EtcdMirror/stop()`` was.
     case notRunning
@@ -53,6 +62,10 @@ public enum EtcdMirrorError: Error, Sendable, Equatable, CustomStringConvertible
             "a key read by the update changed concurrently on each of \(attempts) attempts"
         case .tooManyOperations(let count, let limit):
             "a transaction of \(count) operations is more than etcd accepts (\(limit))"
+        case .unparsableValue(let key, let revision):
+            "the value etcd holds for key \"\(key)\" (put at revision \(revision)) does not parse or cannot be "
+                + "stored, so the local copy keeps its last good value; a write that reads the key is refused "
+                + "(nothing was sent): put a valid value in etcd, or set the key without reading it"
         case .notRunning: "the mirror is not running (start() it first; after stop() it cannot be used)"
         case .notAppliedLocally(let revision):
             "etcd applied the write at revision \(revision), but the mirror has not applied it locally yet"

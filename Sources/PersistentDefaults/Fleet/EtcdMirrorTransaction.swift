@@ -19,6 +19,9 @@ public final class EtcdMirrorTransaction {
     var snapshot: Snapshot?
     /// The etcd revision the snapshot reflects.
     let revision: Int64
+    /// The local names whose etcd value at `revision` does not parse, with the revision it was
+    /// put at: reading one throws.
+    private let unparsable: [[UInt8]: Int64]
     /// The etcd keys read, with whether they existed at `revision`.
     private var reads: [Data: Bool] = [:]
     /// The operations, by etcd key, in the order first written.
@@ -31,6 +34,7 @@ public final class EtcdMirrorTransaction {
         self.snapshot = snapshot
         let record = try mirror.store.core.mirrorRecord(localPrefix: mirror.localPrefixBytes, in: try snapshot.live())
         revision = record?.revision ?? 0
+        unparsable = record?.unparsableNames ?? [:]
     }
 
     private func live() throws -> Snapshot {
@@ -50,7 +54,9 @@ public final class EtcdMirrorTransaction {
     }
 
     /// The key's value as the transaction sees it: its own write, else the local copy.
-    /// Throws when the stored value does not decode.
+    /// Throws when the stored value does not decode, and
+    /// ``EtcdMirrorError/unparsableValue(key:revision:)`` when the key's value in etcd does not
+    /// parse (the local copy holds the last good one, which the write must not build on).
     public func value<Value>(for key: PersistentDefaults.Key<Value>) throws -> Value {
         // First, so that a kept transaction throws also for a key it wrote.
         let snapshot = try live()
@@ -64,6 +70,9 @@ public final class EtcdMirrorTransaction {
                 throw PersistentDefaultsError.decodingFailed(
                     key: key.name, type: "\(Value.self)", reason: error.description)
             }
+        }
+        if let revision = unparsable[key.nameBytes] {
+            throw EtcdMirrorError.unparsableValue(key: key.name, revision: revision)
         }
         let transaction = try snapshot.live()
         if reads[etcdKey] == nil {
@@ -118,8 +127,14 @@ public final class EtcdMirrorTransaction {
     }
 
     /// The etcd transaction: for each key read, "unchanged since `revision`" — present then:
-    /// `mod_revision < revision + 1` and `version > 0` (a deleted key has version 0); absent
-    /// then: `version = 0` — and the writes.
+    /// `mod_revision < revision + 1` and `version > 0`; absent then: `version = 0` — and the
+    /// writes.
+    ///
+    /// A key present at `revision` needs both comparisons: etcd compares a key that does not
+    /// exist as all zeros, so `mod_revision < revision + 1` alone passes for a key deleted since.
+    /// One comparison (`mod_revision = ` its exact revision) would need each key's `mod_revision`
+    /// at `revision`, which the local copy does not keep. So a write may read 64 keys that exist
+    /// (or 128 that do not) within etcd's default `--max-txn-ops` of 128.
     func request() throws -> EtcdTxnRequest {
         if let firstError { throw firstError }
         var compare: [EtcdCompare] = []

@@ -35,6 +35,38 @@ struct MirrorRecord: Codable, Equatable {
     /// Seconds since 2001-01-01 (`JSONEncoder`'s default), as every date in `meta`.
     var applied: Date?
     var contact: Date?
+    /// The local names whose etcd value at `revision` does not parse or cannot be stored (the
+    /// local copy keeps the last good value), each with the revision that value was put at, in
+    /// byte order; nil when there is none. Written in the same transaction as the values: a
+    /// mirror's write that reads one of them is refused
+    /// (``EtcdMirrorError/unparsableValue(key:revision:)``).
+    var unparsable: [UnparsableValue]?
+
+    /// A local name whose etcd value does not parse, and the revision that value was put at.
+    struct UnparsableValue: Codable, Equatable {
+        var name: String
+        var revision: Int64
+    }
+
+    /// ``unparsable`` by name bytes (a key name is its UTF-8 bytes: a `String`-keyed dictionary
+    /// would merge canonically equal names). A name that is not UTF-8, which no key can read, is
+    /// left out when set.
+    var unparsableNames: [[UInt8]: Int64] {
+        get {
+            Dictionary((unparsable ?? []).map { (Array($0.name.utf8), $0.revision) }, uniquingKeysWith: max)
+        }
+        set {
+            let entries = newValue.sorted { $0.key.lexicographicallyPrecedes($1.key) }.compactMap { name, revision in
+                String(validating: name, as: UTF8.self).map { UnparsableValue(name: $0, revision: revision) }
+            }
+            unparsable = entries.isEmpty ? nil : entries
+        }
+    }
+
+    /// `names` as ``unparsableNames`` keeps them.
+    static func storable(_ names: [[UInt8]: Int64]) -> [[UInt8]: Int64] {
+        names.filter { String(validating: $0.key, as: UTF8.self) != nil }
+    }
 }
 
 extension StoreCore {
