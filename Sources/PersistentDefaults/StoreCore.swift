@@ -21,9 +21,15 @@ final class StoreCore: Sendable {
     let groupCommit = GroupCommit()
     /// The observers of this store in this process.
     let observers = ObserverRegistry()
-    /// The Observation-framework trackers of keys read through property wrappers, by the key
-    /// name's UTF-8 bytes (a key name is its bytes; `String` equality would merge NFC and NFD).
-    let trackers = Locked<[[UInt8]: KeyTracker]>([:])
+    /// The store observations behind the Observation tracking of keys read through property
+    /// wrappers, by the key name's UTF-8 bytes (a key name is its bytes; `String` equality
+    /// would merge NFC and NFD), each while a wrapper's tracker of its name lives (see
+    /// `KeyTracker`).
+    let trackedNames = Locked<[[UInt8]: TrackedName]>([:])
+    /// Runs when the last tracker of a key name is gone, after its observation left the table
+    /// and before it is cancelled, with no lock held; for tests that make a wrapper of the same
+    /// name at that moment. Nil, its normal state, costs one lock section per such release.
+    let beforeObservationStop = Locked<(@Sendable () -> Void)?>(nil)
     /// What this process's newest logged commit left for the next write transaction.
     let commitCache = Locked<CommitCache?>(nil)
 
@@ -67,7 +73,12 @@ final class StoreCore: Sendable {
 
     /// Flushes and closes; the last handle of the path calls this.
     func close() {
-        trackers.withLock { $0.removeAll() }
+        // The observations are cancelled after the table's lock, as a tracker's release does.
+        let tracked = trackedNames.withLock { names in
+            defer { names = [:] }
+            return names
+        }
+        for entry in tracked.values { entry.observation.stop() }
         observers.close()
         flusher?.stop()
         environment.close()
