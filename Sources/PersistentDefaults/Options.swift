@@ -77,6 +77,11 @@ extension PersistentDefaults {
         /// flush that failed (reported on a thread of its own, holding no lock of the library, so
         /// the handler may open, use or release stores, this one included). Default: one line on
         /// standard error.
+        ///
+        /// Called on the thread that met the error, but never inside a write transaction of the
+        /// store: an error met inside `write { }` (a value read through `tx[key]` that does not
+        /// decode, a failed `store[key] = …`) is passed once the transaction has ended, committed
+        /// or not, so the handler may write the store, also through the subscript.
         public var errorHandler: @Sendable (PersistentDefaultsError) -> Void = Options.printToStandardError
 
         /// Options with the defaults.

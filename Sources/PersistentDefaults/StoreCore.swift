@@ -40,7 +40,6 @@ final class StoreCore: Sendable {
         self.path = path
         isTemporary = temporary
         self.options = options
-        reporter = ErrorReporter(handler: options.errorHandler)
         maxValueSize = max(options.maxValueSize, 1)
         let files = try StoreFiles.prepare(path: path, creating: options.creates)
         let noSync: Bool =
@@ -49,6 +48,7 @@ final class StoreCore: Sendable {
             EnvironmentConfiguration(
                 path: path, readOnly: options.readOnly, noSync: noSync,
                 mapSize: max(options.initialMapSize, 64 << 10), maxReaders: options.maxReaders))
+        reporter = ErrorReporter(handler: options.errorHandler, gate: environment.gate)
         if files.createdData { try StoreFiles.restrictModes(in: path) }
         do {
             databases = try Self.openDatabases(
@@ -150,13 +150,17 @@ final class StoreCore: Sendable {
     /// Runs `body` in one write transaction, logs the changes it made and, after the commit,
     /// delivers them to the observers. Nothing is written when `body` throws.
     func write<R>(sizeHint: Int = 0, _ body: (WriteTransaction) throws -> R) throws -> R {
+        // Errors reported inside the transaction reach the handler now that it has ended.
+        defer { reporter.deliverDeferred() }
         let (result, record) = try commit(sizeHint: sizeHint, body)
         if let record { observers.didCommit(record, core: self) }
         return result
     }
 
     /// `write`, without the delivery: returns the commit's log record (nil when nothing
-    /// changed) for the caller to deliver once it holds no lead or lock.
+    /// changed) for the caller to deliver once it holds no lead or lock. The caller also passes
+    /// the errors reported inside the transaction to the handler then
+    /// (`reporter.deliverDeferred()`).
     func commit<R>(sizeHint: Int = 0, _ body: (WriteTransaction) throws -> R) throws -> (R, CommitRecord?) {
         var committed: CommitRecord?
         var carried: CommitCache?
