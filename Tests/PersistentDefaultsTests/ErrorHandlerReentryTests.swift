@@ -6,7 +6,7 @@ import Testing
 @testable import PersistentDefaults
 
 /// An error handler that uses the store it is told about: it runs outside the store's locks and
-/// write transaction.
+/// write transaction, and is never called again inside itself on its thread.
 @Suite(.serialized) struct ErrorHandlerReentryTests {
     /// One call of the handler: the error, whether it ran inside a write transaction of the
     /// store, and how many calls of the handler were under way on its thread, itself included.
@@ -107,6 +107,31 @@ import Testing
                 #expect(store[Self.errorCount] == 1)
                 #expect(store[Self.other] == 1)
             }
+        }
+    }
+
+    /// A handler whose own write always fails (here a value over `Options.maxValueSize`) is told
+    /// of that failure once, after it returned, and not again: it was called for it inside
+    /// itself, wrote again, and so on (10 nested calls before the fix, 3 of 3 runs; without the
+    /// test's depth limit, a stack overflow). The failure of its second write goes to standard
+    /// error.
+    @Test func aHandlerWhoseOwnWriteKeepsFailingIsToldOnceAndNotCalledInsideItself() throws {
+        try withTemporaryDirectory { path throws in
+            let big = PersistentDefaults.Key<String>("big", default: "")
+            let handler = Handler { store, _ in store[big] = String(repeating: "x", count: 100) }
+            var options = PersistentDefaults.Options()
+            options.maxValueSize = 16
+            options.errorHandler = { handler.handle($0) }
+            let store = try PersistentDefaults(path: path, options: options)
+            handler.store.withLock { $0 = store }
+            defer { handler.store.withLock { $0 = nil } }
+            #expect(returns { store[big] = String(repeating: "y", count: 50) }, "the write deadlocked")
+            let calls = handler.calls.withLock { $0 }
+            #expect(calls.map(\.depth) == [1, 1])
+            #expect(
+                calls.allSatisfy { if case .valueTooLarge(key: "big", _, limit: 16) = $0.error { true } else { false } }
+            )
+            #expect(try store.contains(big) == false)
         }
     }
 }
