@@ -1,14 +1,91 @@
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// Passes errors to the handler; decoding failures only once per key and reason.
+///
+/// The handler is the user's code and may use the store, so it is called on the reporting
+/// thread but never there:
+/// - inside a write transaction of the store: an error reported there (a value that does not
+///   decode read through `tx[key]`, a failed `store[key] = …` inside `write { }`) waits until the
+///   transaction has ended on that thread, committed or not, and is passed then
+///   (``deliverDeferred()``). Called inside it, the handler's own `store[key] = …` threw
+///   `nestedWrite`, which was reported to the handler inside itself, which wrote again, until
+///   the stack overflowed;
+/// - inside itself: an error that the handler's own use of the store causes is passed to it
+///   after it returns, once; one caused while it handles such an error goes to standard error
+///   (``PersistentDefaults/Options/printToStandardError``). A handler whose write kept failing
+///   (a full disk, a value over the size limit, a read-only store) recursed without end.
 final class ErrorReporter: Sendable {
     private let handler: @Sendable (PersistentDefaultsError) -> Void
     /// The UTF-8 bytes of each reported message: `String` equality would take the message about
     /// an NFD key name for the one about its NFC form.
     private let reported = Locked<Set<[UInt8]>>([])
+    /// Tells whether the reporting thread is inside a write transaction of the store; nil for a
+    /// reporter of no store (tests).
+    private let gate: TransactionGate?
+    /// The threads that run the handler or have errors waiting for it, by thread.
+    private let threads = Locked<[UInt: ThreadReports]>([:])
+    /// How many entries `threads` has: ``deliverDeferred()``, called after every write, reads
+    /// only this when it is 0. A thread sees its own entry's count without a lock: it made it.
+    private let entries = Atomic<Int>(0)
 
-    init(handler: @escaping @Sendable (PersistentDefaultsError) -> Void) { self.handler = handler }
+    /// An error for the handler and how far it is from the user's own call: 1 for an error of
+    /// that call, 2 for one the handler caused while it handled a 1.
+    private struct Pending {
+        var error: PersistentDefaultsError
+        var generation: Int
+    }
+
+    /// One thread's errors for the handler.
+    private struct ThreadReports {
+        /// The generation of the error the handler handles on this thread now; 0 when it does
+        /// not run (the errors wait for a write transaction to end).
+        var handling = 0
+        var pending: [Pending] = []
+    }
+
+    /// What `report` does with an error.
+    private enum Disposition {
+        case call, wait, print
+    }
+
+    init(handler: @escaping @Sendable (PersistentDefaultsError) -> Void, gate: TransactionGate? = nil) {
+        self.handler = handler
+        self.gate = gate
+    }
 
     func report(_ error: any Error) {
-        handler(error as? PersistentDefaultsError ?? .unknown(description: "\(error)"))
+        let error = error as? PersistentDefaultsError ?? .unknown(description: "\(error)")
+        let thread = Self.currentThread
+        let isWriting = gate?.isWritingOnCurrentThread == true
+        let disposition = threads.withLock { threads -> Disposition in
+            if var reports = threads[thread] {
+                // The handler runs on this thread (the error is its doing), or errors wait for
+                // this thread's write transaction to end.
+                let generation = reports.handling + 1
+                guard generation <= 2 else { return .print }
+                reports.pending.append(Pending(error: error, generation: generation))
+                threads[thread] = reports
+                return .wait
+            }
+            entries.add(1, ordering: .relaxed)
+            if isWriting {
+                threads[thread] = ThreadReports(pending: [Pending(error: error, generation: 1)])
+                return .wait
+            }
+            threads[thread] = ThreadReports(handling: 1)
+            return .call
+        }
+        switch disposition {
+        case .call: callHandler(with: error, on: thread)
+        case .wait: break
+        case .print: PersistentDefaults.Options.printToStandardError(error)
+        }
     }
 
     func reportOnce(_ error: any Error) {
@@ -18,5 +95,51 @@ final class ErrorReporter: Sendable {
             return seen.insert(Array(text.utf8)).inserted
         }
         if isNew { report(error) }
+    }
+
+    /// Passes the errors reported inside the calling thread's write transaction, which has
+    /// ended; call after every write transaction, with no lock of the store held. Does nothing
+    /// inside a write transaction (a nested write that failed) or inside the handler (which
+    /// passes them when it returns).
+    func deliverDeferred() {
+        guard entries.load(ordering: .relaxed) > 0, gate?.isWritingOnCurrentThread != true else { return }
+        let thread = Self.currentThread
+        let first = threads.withLock { threads -> PersistentDefaultsError? in
+            guard var reports = threads[thread], reports.handling == 0, !reports.pending.isEmpty else { return nil }
+            let next = reports.pending.removeFirst()
+            reports.handling = next.generation
+            threads[thread] = reports
+            return next.error
+        }
+        if let first { callHandler(with: first, on: thread) }
+    }
+
+    /// Calls the handler with `error`, then with each error that waits for it on this thread,
+    /// with no lock held; the thread's entry is gone when this returns.
+    private func callHandler(with error: PersistentDefaultsError, on thread: UInt) {
+        var next: PersistentDefaultsError? = error
+        while let error = next {
+            handler(error)
+            next = threads.withLock { threads in
+                guard var reports = threads[thread], !reports.pending.isEmpty else {
+                    threads[thread] = nil
+                    entries.subtract(1, ordering: .relaxed)
+                    return nil
+                }
+                let pending = reports.pending.removeFirst()
+                reports.handling = pending.generation
+                threads[thread] = reports
+                return pending.error
+            }
+        }
+    }
+
+    /// The calling thread's identity.
+    private static var currentThread: UInt {
+        #if canImport(Glibc)
+            UInt(pthread_self())
+        #else
+            UInt(bitPattern: pthread_self())
+        #endif
     }
 }

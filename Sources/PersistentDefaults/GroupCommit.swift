@@ -101,6 +101,9 @@ final class GroupCommit: Sendable {
     func perform(
         core: StoreCore, sizeHint: Int, _ operation: @escaping @Sendable (WriteTransaction) throws -> Void
     ) throws {
+        // Errors reported inside a batch this thread led reach the handler once it has handed
+        // the lead on (see `ErrorReporter`).
+        defer { core.reporter.deliverDeferred() }
         let request = Request(sizeHint: sizeHint, operation: operation)
         let role = withState { state -> Role in
             if state.isLeading {

@@ -77,6 +77,15 @@ extension PersistentDefaults {
         /// flush that failed (reported on a thread of its own, holding no lock of the library, so
         /// the handler may open, use or release stores, this one included). Default: one line on
         /// standard error.
+        ///
+        /// Called on the thread that met the error, but never inside a write transaction of the
+        /// store: an error met inside `write { }` (a value read through `tx[key]` that does not
+        /// decode, a failed `store[key] = …`) is passed once the transaction has ended, committed
+        /// or not, so the handler may write the store, also through the subscript. Nor is it
+        /// called inside itself: an error that its own use of the store causes on its thread is
+        /// passed to it after it returns, once; one caused while it handles such an error is
+        /// written to standard error instead (``printToStandardError``), so a handler whose
+        /// write keeps failing — a full disk, a value over ``maxValueSize`` — cannot recurse.
         public var errorHandler: @Sendable (PersistentDefaultsError) -> Void = Options.printToStandardError
 
         /// Options with the defaults.

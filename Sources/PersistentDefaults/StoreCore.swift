@@ -21,9 +21,15 @@ final class StoreCore: Sendable {
     let groupCommit = GroupCommit()
     /// The observers of this store in this process.
     let observers = ObserverRegistry()
-    /// The Observation-framework trackers of keys read through property wrappers, by the key
-    /// name's UTF-8 bytes (a key name is its bytes; `String` equality would merge NFC and NFD).
-    let trackers = Locked<[[UInt8]: KeyTracker]>([:])
+    /// The store observations behind the Observation tracking of keys read through property
+    /// wrappers, by the key name's UTF-8 bytes (a key name is its bytes; `String` equality
+    /// would merge NFC and NFD), each while a wrapper's tracker of its name lives (see
+    /// `KeyTracker`).
+    let trackedNames = Locked<[[UInt8]: TrackedName]>([:])
+    /// Runs when the last tracker of a key name is gone, after its observation left the table
+    /// and before it is cancelled, with no lock held; for tests that make a wrapper of the same
+    /// name at that moment. Nil, its normal state, costs one lock section per such release.
+    let beforeObservationStop = Locked<(@Sendable () -> Void)?>(nil)
     /// What this process's newest logged commit left for the next write transaction.
     let commitCache = Locked<CommitCache?>(nil)
 
@@ -34,7 +40,6 @@ final class StoreCore: Sendable {
         self.path = path
         isTemporary = temporary
         self.options = options
-        reporter = ErrorReporter(handler: options.errorHandler)
         maxValueSize = max(options.maxValueSize, 1)
         let files = try StoreFiles.prepare(path: path, creating: options.creates)
         let noSync: Bool =
@@ -43,6 +48,7 @@ final class StoreCore: Sendable {
             EnvironmentConfiguration(
                 path: path, readOnly: options.readOnly, noSync: noSync,
                 mapSize: max(options.initialMapSize, 64 << 10), maxReaders: options.maxReaders))
+        reporter = ErrorReporter(handler: options.errorHandler, gate: environment.gate)
         if files.createdData { try StoreFiles.restrictModes(in: path) }
         do {
             databases = try Self.openDatabases(
@@ -67,7 +73,12 @@ final class StoreCore: Sendable {
 
     /// Flushes and closes; the last handle of the path calls this.
     func close() {
-        trackers.withLock { $0.removeAll() }
+        // The observations are cancelled after the table's lock, as a tracker's release does.
+        let tracked = trackedNames.withLock { names in
+            defer { names = [:] }
+            return names
+        }
+        for entry in tracked.values { entry.observation.stop() }
         observers.close()
         flusher?.stop()
         environment.close()
@@ -166,13 +177,17 @@ final class StoreCore: Sendable {
     /// Runs `body` in one write transaction, logs the changes it made and, after the commit,
     /// delivers them to the observers. Nothing is written when `body` throws.
     func write<R>(sizeHint: Int = 0, _ body: (WriteTransaction) throws -> R) throws -> R {
+        // Errors reported inside the transaction reach the handler now that it has ended.
+        defer { reporter.deliverDeferred() }
         let (result, record) = try commit(sizeHint: sizeHint, body)
         if let record { observers.didCommit(record, core: self) }
         return result
     }
 
     /// `write`, without the delivery: returns the commit's log record (nil when nothing
-    /// changed) for the caller to deliver once it holds no lead or lock.
+    /// changed) for the caller to deliver once it holds no lead or lock. The caller also passes
+    /// the errors reported inside the transaction to the handler then
+    /// (`reporter.deliverDeferred()`).
     func commit<R>(sizeHint: Int = 0, _ body: (WriteTransaction) throws -> R) throws -> (R, CommitRecord?) {
         var committed: CommitRecord?
         var carried: CommitCache?

@@ -1,47 +1,83 @@
 import Observation
 import Synchronization
 
-/// Connects one key of one store to the Observation framework.
+/// Connects one key of one store to the Observation framework, for one wrapper.
 ///
-/// A read through ``PersistentDefault`` calls ``access(in:)``, which registers a dependency when
+/// A read through ``PersistentDefault`` calls ``access()``, which registers a dependency when
 /// it happens inside `withObservationTracking` (SwiftUI's view updates use the same mechanism).
 /// Every commit that changes the key — from this process or another one — then calls
 /// `withMutation`, which fires the tracked `onChange`.
 ///
+/// Each wrapper made (its copies share it) has a tracker of its own; the trackers of one key
+/// name share one ``KeyObservation`` — one store observation and one observed ``TrackedKey`` —
+/// while any of them lives. The last one's release takes the observation out of the store's
+/// table and cancels it (see `StoreCore.releaseObservation`); a wrapper made for the name
+/// afterwards gets a new one, started by its own first read. Before, the table kept every
+/// name's observation until the store closed: an app that made wrappers for names made at run
+/// time kept an observer, and its delivery work, for every name ever read.
+///
 /// No weak references: a weakly referenced object gets a side table, and then every retain and
 /// release of it takes the slow path (measured: 60–70 % of the wrapper's cost over `store[key]`).
-/// The store observation's callback holds the ``TrackedKey`` strongly (it holds
-/// nothing back), and the core is passed in by the reading wrapper, which keeps it alive.
+/// The store observation's callback holds the ``TrackedKey`` strongly (it holds nothing back).
+/// A tracker holds its core strongly: the core's table holds observations, not trackers, so
+/// that makes no cycle, and a release after the store closed finds nothing to release.
 @usableFromInline
 final class KeyTracker: Sendable {
-    /// The observed object; what the store observation's callback holds.
-    let subject = TrackedKey()
-    private let observation = Locked<ObservationToken?>(nil)
+    /// The observed object of the key name, the same for every tracker of it.
+    private let subject: TrackedKey
+    /// Whether the shared observation was seen started; after that a read only loads this.
     private let isStarted = Atomic<Bool>(false)
-    private let start: @Sendable (StoreCore, TrackedKey) -> ObservationToken
+    private let observation: KeyObservation
+    private let core: StoreCore
+    private let name: [UInt8]
 
-    init(start: @escaping @Sendable (StoreCore, TrackedKey) -> ObservationToken) { self.start = start }
-
-    /// Registers a read of the key with the Observation framework; the first read also starts
-    /// the store observation that feeds it.
-    @usableFromInline
-    func access(in core: StoreCore) {
-        subject.access()
-        if !isStarted.load(ordering: .acquiring) { startObserving(core) }
+    init(observation: KeyObservation, core: StoreCore, name: [UInt8]) {
+        self.observation = observation
+        subject = observation.subject
+        self.core = core
+        self.name = name
     }
 
-    /// Starts the store observation that feeds ``TrackedKey/changed()``; the first one to
-    /// finish is kept.
+    deinit { core.releaseObservation(observation, named: name) }
+
+    /// Registers a read of the key with the Observation framework; the first read also makes
+    /// sure the store observation that feeds it is in place.
+    @usableFromInline
+    func access() {
+        subject.access()
+        if !isStarted.load(ordering: .acquiring) { startObserving() }
+    }
+
+    private func startObserving() {
+        observation.start(core)
+        isStarted.store(true, ordering: .releasing)
+    }
+}
+
+/// The store observation of one key name that feeds its ``TrackedKey``, shared by the
+/// ``KeyTracker``s of that name.
+final class KeyObservation: Sendable {
+    /// The observed object; what the store observation's callback holds.
+    let subject = TrackedKey()
+    private let token = Locked<ObservationToken?>(nil)
+    private let isStarted = Atomic<Bool>(false)
+    private let begin: @Sendable (StoreCore, TrackedKey) -> ObservationToken
+
+    init(begin: @escaping @Sendable (StoreCore, TrackedKey) -> ObservationToken) { self.begin = begin }
+
+    /// Starts the store observation that feeds ``TrackedKey/changed()`` unless it runs; the
+    /// first one to finish is kept, and this returns only once one is in place, so that no
+    /// reader misses a change after its read.
     ///
     /// Not under the lock: the registration reads the store, which after another process grew
     /// the map waits for every `read { }` scope of this process to end — one whose first read of
     /// the key would wait for the lock — and reports an invalid name to the user's error handler,
     /// which may read the property. Threads whose first reads race each register; the
-    /// registrations that lose are cancelled, and each reader returns only once one is in place,
-    /// so none misses a change after its read.
-    private func startObserving(_ core: StoreCore) {
-        let started = start(core, subject)
-        let surplus = observation.withLock { token -> ObservationToken? in
+    /// registrations that lose are cancelled.
+    func start(_ core: StoreCore) {
+        guard !isStarted.load(ordering: .acquiring) else { return }
+        let started = begin(core, subject)
+        let surplus = token.withLock { token -> ObservationToken? in
             guard token == nil else { return started }
             token = started
             isStarted.store(true, ordering: .releasing)
@@ -49,9 +85,19 @@ final class KeyTracker: Sendable {
         }
         surplus?.cancel()
     }
+
+    /// Cancels the store observation: the last tracker of the name is gone, so nothing reads
+    /// through this any more. The cancellation runs after the lock.
+    func stop() {
+        let stopped = token.withLock { token in
+            defer { token = nil }
+            return token
+        }
+        stopped?.cancel()
+    }
 }
 
-/// The `Observable` side of a ``KeyTracker``: a change counter and its registrar.
+/// The `Observable` side of a ``KeyObservation``: a change counter and its registrar.
 final class TrackedKey: Observable, Sendable {
     private let registrar = ObservationRegistrar()
     private let changes = Atomic<Int>(0)
@@ -73,17 +119,52 @@ final class TrackedKey: Observable, Sendable {
 }
 
 extension StoreCore {
-    /// The tracker of `key` in this store, made once per key name (its UTF-8 bytes).
+    /// A key name's entry in the table of observations: the observation and how many trackers
+    /// share it.
+    struct TrackedName {
+        let observation: KeyObservation
+        var trackers: Int
+    }
+
+    /// A tracker of `key` in this store, for a wrapper: it shares the observation of the key's
+    /// name (its UTF-8 bytes) while another tracker of it lives, else a new one.
     func tracker<Value>(for key: PersistentDefaults.Key<Value>) -> KeyTracker {
-        trackers.withLock { trackers in
-            if let tracker = trackers[key.nameBytes] { return tracker }
-            // The core comes from the reading wrapper, not from this call: the handle that asked
-            // first may be gone by the first read; the core owns the tracker and its token.
-            let tracker = KeyTracker { core, subject in
+        let observation = trackedNames.withLock { names in
+            if let observation = names[key.nameBytes]?.observation {
+                names[key.nameBytes]?.trackers += 1
+                return observation
+            }
+            // The core comes from the reading tracker, not from this call: the table holds the
+            // observation, which must not hold the core that holds the table.
+            let observation = KeyObservation { core, subject in
                 core.observeChanges(of: key) { subject.changed() }
             }
-            trackers[key.nameBytes] = tracker
-            return tracker
+            names[key.nameBytes] = TrackedName(observation: observation, trackers: 1)
+            return observation
         }
+        return KeyTracker(observation: observation, core: self, name: key.nameBytes)
+    }
+
+    /// A tracker of the key named `name` that shared `observation` is gone; the last one takes
+    /// the observation out of the table and cancels it, after the lock.
+    ///
+    /// Under the table's lock, like `tracker(for:)`: a tracker made meanwhile either finds the
+    /// entry with its count raised (and this release leaves it) or finds no entry and makes a
+    /// new observation, which its own first read starts, whatever the cancellation of this one
+    /// does. Compared by identity: after the store closed (the table emptied) a release changes
+    /// nothing.
+    func releaseObservation(_ observation: KeyObservation, named name: [UInt8]) {
+        let released = trackedNames.withLock { names -> KeyObservation? in
+            guard let entry = names[name], entry.observation === observation else { return nil }
+            guard entry.trackers == 1 else {
+                names[name]?.trackers -= 1
+                return nil
+            }
+            names[name] = nil
+            return observation
+        }
+        guard let released else { return }
+        if let hook = beforeObservationStop.withLock({ $0 }) { hook() }
+        released.stop()
     }
 }

@@ -26,6 +26,8 @@ public struct PersistentDefault<Value: Sendable>: Sendable {
     public let store: PersistentDefaults
     /// The key the property reads and writes.
     public let key: PersistentDefaults.Key<Value>
+    /// This wrapper's (and its copies') tracker: the key's store observation lives while a
+    /// tracker of its name does.
     @usableFromInline let tracker: KeyTracker
 
     /// A property for a typed key.
@@ -51,7 +53,7 @@ public struct PersistentDefault<Value: Sendable>: Sendable {
     @inlinable
     public var wrappedValue: Value {
         get {
-            tracker.access(in: store.core)
+            tracker.access()
             return store[key]
         }
         nonmutating set { store[key] = newValue }

@@ -1,0 +1,137 @@
+import Foundation
+import PDTestSupport
+import Synchronization
+import Testing
+
+@testable import PersistentDefaults
+
+/// An error handler that uses the store it is told about: it runs outside the store's locks and
+/// write transaction, and is never called again inside itself on its thread.
+@Suite(.serialized) struct ErrorHandlerReentryTests {
+    /// One call of the handler: the error, whether it ran inside a write transaction of the
+    /// store, and how many calls of the handler were under way on its thread, itself included.
+    private struct Call: Sendable {
+        var error: PersistentDefaultsError
+        var insideWrite: Bool
+        var depth: Int
+    }
+
+    /// Records the handler's calls; its action runs only in calls less than 10 deep, so that a
+    /// handler called again inside itself without end fails the test instead of crashing it.
+    private final class Handler: Sendable {
+        let calls = Guarded<[Call]>([])
+        let store = Guarded<PersistentDefaults?>(nil)
+        private let depth = Atomic<Int>(0)
+        private let action: @Sendable (PersistentDefaults, PersistentDefaultsError) -> Void
+
+        init(_ action: @escaping @Sendable (PersistentDefaults, PersistentDefaultsError) -> Void) {
+            self.action = action
+        }
+
+        func handle(_ error: PersistentDefaultsError) {
+            let level = depth.add(1, ordering: .relaxed).newValue
+            defer { depth.subtract(1, ordering: .relaxed) }
+            guard let store = store.withLock({ $0 }) else { return }
+            let call = Call(
+                error: error, insideWrite: store.core.environment.gate.isWritingOnCurrentThread, depth: level)
+            calls.withLock { $0.append(call) }
+            if level < 10 { action(store, error) }
+        }
+    }
+
+    /// Opens a store at `path` whose error handler is `handler`, and breaks the cycle between
+    /// them (the store holds the handler, which holds the store) when `body` returns.
+    private func withStore(
+        at path: String, _ handler: Handler, durability: PersistentDefaults.Durability = .sync,
+        _ body: (PersistentDefaults) throws -> Void
+    ) throws {
+        var options = PersistentDefaults.Options()
+        options.durability = durability
+        options.errorHandler = { handler.handle($0) }
+        let store = try PersistentDefaults(path: path, options: options)
+        handler.store.withLock { $0 = store }
+        defer { handler.store.withLock { $0 = nil } }
+        try body(store)
+    }
+
+    /// Runs `body` on a thread of its own; false when it has not returned after `timeout`
+    /// seconds (a deadlock: the thread is left behind and the test fails instead of hanging).
+    private func returns(within timeout: Double = 10, _ body: @escaping @Sendable () -> Void) -> Bool {
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            body()
+            done.signal()
+        }
+        return done.wait(timeout: .now() + timeout) == .success
+    }
+
+    private static let broken = PersistentDefaults.Key<Int>("broken", default: -1)
+    private static let errorCount = PersistentDefaults.Key<Int>("errorCount", default: 0)
+    private static let other = PersistentDefaults.Key<Int>("other", default: 0)
+
+    /// A value that does not decode, read inside `write { }`, is reported; the handler counts it
+    /// in the store through the non-throwing subscript. It ran inside the transaction, where that
+    /// write threw `nestedWrite`, which was reported to the handler inside itself, which wrote
+    /// again: 10 nested calls, the last 9 for `nestedWrite`, and the count never written (failed
+    /// 3 of 3 runs before the fix, in both modes; without the test's depth limit, a stack
+    /// overflow).
+    @Test(arguments: [false, true])
+    func aHandlerThatWritesRunsAfterTheWriteInWhichTheErrorWasReported(bounded: Bool) throws {
+        try withTemporaryDirectory { path throws in
+            let handler = Handler { store, _ in store[Self.errorCount] += 1 }
+            let durability: PersistentDefaults.Durability = bounded ? .bounded(interval: .seconds(10)) : .sync
+            try withStore(at: path, handler, durability: durability) { store in
+                try store.setStoredValue(.string("not a number"), named: "broken")
+                let outcome = Guarded<String>("")
+                let returned = returns {
+                    do {
+                        let read = try store.write { tx in
+                            let value = tx[Self.broken]  // does not decode: the default, reported
+                            tx[Self.other] = 1
+                            return value
+                        }
+                        outcome.withLock { $0 = "read \(read)" }
+                    } catch {
+                        outcome.withLock { $0 = "\(error)" }
+                    }
+                }
+                #expect(returned, "the write deadlocked")
+                guard returned else { return }
+                #expect(outcome.withLock { $0 } == "read -1")
+                let calls = handler.calls.withLock { $0 }
+                #expect(calls.count == 1, "\(calls.map(\.error))")
+                #expect(calls.allSatisfy { !$0.insideWrite && $0.depth == 1 })
+                #expect(
+                    calls.allSatisfy { if case .decodingFailed(key: "broken", _, _) = $0.error { true } else { false } }
+                )
+                #expect(store[Self.errorCount] == 1)
+                #expect(store[Self.other] == 1)
+            }
+        }
+    }
+
+    /// A handler whose own write always fails (here a value over `Options.maxValueSize`) is told
+    /// of that failure once, after it returned, and not again: it was called for it inside
+    /// itself, wrote again, and so on (10 nested calls before the fix, 3 of 3 runs; without the
+    /// test's depth limit, a stack overflow). The failure of its second write goes to standard
+    /// error.
+    @Test func aHandlerWhoseOwnWriteKeepsFailingIsToldOnceAndNotCalledInsideItself() throws {
+        try withTemporaryDirectory { path throws in
+            let big = PersistentDefaults.Key<String>("big", default: "")
+            let handler = Handler { store, _ in store[big] = String(repeating: "x", count: 100) }
+            var options = PersistentDefaults.Options()
+            options.maxValueSize = 16
+            options.errorHandler = { handler.handle($0) }
+            let store = try PersistentDefaults(path: path, options: options)
+            handler.store.withLock { $0 = store }
+            defer { handler.store.withLock { $0 = nil } }
+            #expect(returns { store[big] = String(repeating: "y", count: 50) }, "the write deadlocked")
+            let calls = handler.calls.withLock { $0 }
+            #expect(calls.map(\.depth) == [1, 1])
+            #expect(
+                calls.allSatisfy { if case .valueTooLarge(key: "big", _, limit: 16) = $0.error { true } else { false } }
+            )
+            #expect(try store.contains(big) == false)
+        }
+    }
+}
