@@ -100,11 +100,13 @@ final class StoreCore: Sendable {
                     }
                 }
                 if let existing { return existing }
-            } catch PersistentDefaultsError.lmdb(let code, _) where code.rawValue == EAGAIN {
-                // LMDB marks a reading process live with a lock on the byte at its process ID in
-                // `lock.mdb`; a process with the same ID in another PID namespace (a container's
-                // process 1) holds it, so this process cannot read. It can still write: the
-                // write transaction below opens the store as before.
+            } catch PersistentDefaultsError.lmdb(let code, _) where code.rawValue == EAGAIN || code == .readersFull {
+                // This process cannot read, but it can still write: the write transaction below,
+                // which takes no reader slot, opens the store as before. EAGAIN: LMDB marks a
+                // reading process live with a lock on the byte at its process ID in `lock.mdb`,
+                // and a process with the same ID in another PID namespace (a container's process
+                // 1) holds it. readersFull: other processes' reads hold every slot of the reader
+                // table (`aWritableOpenSucceedsWhileOtherProcessesHoldEveryReaderSlot`).
             }
         }
         return try environment.withSetup(write: !readOnly) { transaction in

@@ -46,6 +46,26 @@ import Testing
         }
     }
 
+    /// A writable open needs no reader slot: LMDB's write transaction takes none. While other
+    /// processes' reads held every slot of the reader table, the open (which reads first)
+    /// failed with readersFull, though this process could write.
+    @Test func aWritableOpenSucceedsWhileOtherProcessesHoldEveryReaderSlot() throws {
+        try withTemporaryDirectory { path throws in
+            var options = PersistentDefaults.Options()
+            options.maxReaders = 2
+            let key = PersistentDefaults.Key<Int>("k", default: 0)
+            try PersistentDefaults(path: path, options: options).set(7, for: key)  // Closed at once.
+            let holders = try (0..<2).map { _ in
+                try ChildProcess(fixture: ["hold-read", path], environment: ["PD_MAX_READERS": "2"])
+            }
+            defer { for holder in holders { _ = holder.kill() } }
+            for holder in holders { #expect(holder.wait(for: "holding")) }
+            let store = try PersistentDefaults(path: path, options: options)
+            try store.set(8, for: key)
+            #expect(try store.write { $0[key] } == 8)  // A write transaction reads without a slot.
+        }
+    }
+
     @Test func aStoreReleasedByItsErrorHandlerOnTheFlushQueueCloses() throws {
         try withTemporaryDirectory { path in
             // Made here: the child's open then syncs nothing, and its first fdatasync is the flush's.

@@ -108,14 +108,14 @@ final class ObserverRegistry: Sendable {
             prefixes[prefix, default: [:]][id] = observer
         }
 
-        /// Removes a prefix observer; returns whether it was there.
-        mutating func removePrefixObserver(id: UInt64, prefix: [UInt8]) -> Bool {
-            guard prefixes[prefix]?.removeValue(forKey: id) != nil else { return false }
-            guard prefixes[prefix]?.isEmpty == true else { return true }
+        /// Removes a prefix observer; returns it, nil when it was not there.
+        mutating func removePrefixObserver(id: UInt64, prefix: [UInt8]) -> CommitObserver? {
+            guard let removed = prefixes[prefix]?.removeValue(forKey: id) else { return nil }
+            guard prefixes[prefix]?.isEmpty == true else { return removed }
             prefixes[prefix] = nil
             prefixLengths.countDown(prefix.count)
             prefixHashes.countDown(WakeChannel.nameHash(prefix))
-            return true
+            return removed
         }
 
         /// The wake-up bits of what is observed (see `WakeChannel`).
@@ -132,16 +132,16 @@ final class ObserverRegistry: Sendable {
             keys[name, default: [:]][id] = observer
         }
 
-        /// Removes a key observer; returns whether it was there.
-        mutating func removeKeyObserver(id: UInt64, name: [UInt8], bit: UInt64) -> Bool {
-            guard keys[name]?.removeValue(forKey: id) != nil else { return false }
+        /// Removes a key observer; returns it, nil when it was not there.
+        mutating func removeKeyObserver(id: UInt64, name: [UInt8], bit: UInt64) -> KeyObserver? {
+            guard let removed = keys[name]?.removeValue(forKey: id) else { return nil }
             if keys[name]?.isEmpty == true {
                 keys[name] = nil
                 keyBitCounts[bit.trailingZeroBitCount] -= 1
                 if keyBitCounts[bit.trailingZeroBitCount] == 0 { keyBits &= ~bit }
                 keyNameHashes.countDown(WakeChannel.nameHash(name))
             }
-            return true
+            return removed
         }
 
         /// See ``ObserverRegistry/rewind(to:)``.
@@ -254,7 +254,7 @@ final class ObserverRegistry: Sendable {
         }
         return ObservationToken { [weak self] in
             activity.isActive.store(false, ordering: .releasing)
-            self?.remove { $0.commitObservers.removeValue(forKey: id) != nil }
+            self?.remove { $0.commitObservers.removeValue(forKey: id) }
         }
     }
 
@@ -374,22 +374,31 @@ final class ObserverRegistry: Sendable {
         }
     }
 
-    /// Removes an observer; the last one's removal stops the watcher in the same step, so a
-    /// concurrent registration either sees the watcher running or starts a new one.
-    private func remove(_ body: (inout State) -> Bool) {
-        let stopped = state.withLock { state -> ExternalWatcher? in
-            if body(&state) { state.observerCount -= 1 }
+    /// Removes an observer (`body` takes it out of the state and returns it, nil when it was
+    /// not there); the last one's removal stops the watcher in the same step, so a concurrent
+    /// registration either sees the watcher running or starts a new one.
+    ///
+    /// The removed observer is released after the lock: its callback is the user's closure, and
+    /// what that captured may run the library when it goes — a `@PersistentDefault` that was the
+    /// last of its key name cancels the name's tracking observation, an `ObservationToken` its
+    /// observer, and both take this lock. Released under it, the cancellation waited for its own
+    /// thread for ever (`ObserverReleaseTests`).
+    private func remove<Removed>(_ body: (inout State) -> Removed?) {
+        let (stopped, removed) = state.withLock { state -> (ExternalWatcher?, Removed?) in
+            let removed = body(&state)
+            if removed != nil { state.observerCount -= 1 }
             // Still counts the registrations in progress, whose bits must stay; under the
             // waiter's lock, so that none adds its bits between the count and the store.
             claimedWaiter.withLock { waiter in
                 let remaining = interest.subtract(1, ordering: .sequentiallyConsistent).newValue
                 if remaining == state.observerCount { waiter?.set(state.wakeBits) }
             }
-            guard state.isEmpty else { return nil }
+            guard state.isEmpty else { return (nil, removed) }
             defer { state.watcher = nil }
-            return state.watcher
+            return (state.watcher, removed)
         }
         stopped?.stop()
+        withExtendedLifetime(removed) {}
     }
 
     /// This process's waiter on the store's wake-up channel (a slot of it, or a private word
