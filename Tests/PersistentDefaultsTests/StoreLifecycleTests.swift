@@ -1,6 +1,7 @@
 import Foundation
 import PDTestSupport
 import PersistentDefaults
+import Synchronization
 import Testing
 
 /// A store's close in this process, and the app's code that runs around it.
@@ -117,6 +118,324 @@ import Testing
             let again = try PersistentDefaults(path: base + "/after", options: bounded)
             again[Self.counter] += 1
             #expect(store[Self.counter] == 2)
+        }
+    }
+}
+
+/// Opening, using and dropping handles from many threads at once, while other processes write.
+extension StoreLifecycleTests {
+    /// The files under `directory` that this process has open (`/proc/self/fd`) or mapped
+    /// (`/proc/self/maps`), one entry per descriptor or mapping.
+    static func openFiles(under directory: String) -> (descriptors: [String], mappings: [String]) {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        let descriptors = names.compactMap { name in
+            try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + name)
+        }.filter { $0.hasPrefix(directory + "/") }
+        let maps = (try? String(contentsOfFile: "/proc/self/maps", encoding: .utf8)) ?? ""
+        let mappings = maps.split(separator: "\n").compactMap { line in
+            line.split(separator: " ", omittingEmptySubsequences: true).last.map(String.init)
+        }.filter { $0.hasPrefix(directory + "/") }
+        return (descriptors, mappings)
+    }
+
+    /// The descriptor numbers of this process that lead to a `lock.mdb` under `directory`, by path.
+    static func lockFileDescriptors(under directory: String) -> [String: Set<String>] {
+        var found: [String: Set<String>] = [:]
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? [] {
+            guard let path = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + name),
+                path.hasPrefix(directory + "/"), path.hasSuffix("/lock.mdb")
+            else { continue }
+            found[path, default: []].insert(name)
+        }
+        return found
+    }
+
+    /// The last handle released by an observer callback on the store's watcher thread (another
+    /// process's commit): the store closes there, with the delivery it runs in still under way.
+    @Test func theLastHandleReleasedByACallbackOnTheWatcherThreadClosesTheStore() throws {
+        try withTemporaryDirectory { path throws in
+            let log = ErrorLog()
+            var options = PersistentDefaults.Options()
+            options.errorHandler = { log.append($0) }
+            let holder = Guarded<PersistentDefaults?>(try PersistentDefaults(path: path, options: options))
+            let released = DispatchSemaphore(value: 0)
+            let token = try #require(holder.withLock { $0 }).observe(Self.counter) { _ in
+                let handle = holder.withLock { handle in
+                    defer { handle = nil }
+                    return handle
+                }
+                withExtendedLifetime(handle) {}
+                released.signal()
+            }
+            #expect(try runFixture(["increment", path, "counter", "3"]).status == 0)
+            #expect(released.wait(timeout: .now() + 10) == .success)
+            let cleared = eventually(timeout: 10) {
+                let left = Self.openFiles(under: path)
+                return left.descriptors.isEmpty && left.mappings.isEmpty
+            }
+            #expect(cleared, "\(Self.openFiles(under: path))")
+            let reopened = try PersistentDefaults(path: path, options: options)
+            #expect(try reopened.value(for: Self.counter) == 3)
+            #expect(log.all.isEmpty, "\(log.all)")
+            token.cancel()
+        }
+    }
+
+    /// Opens refused for what the directory holds (another LMDB environment, a newer format, an
+    /// empty environment that may not be created, random bytes, a full reader table for a
+    /// read-only open), made again and again while another thread writes and reads another
+    /// store: each leaves no descriptor or mapping behind, and the other store works on.
+    @Test func refusedOpensLeaveNothingOpenWhileAnotherStoreIsInUse() throws {
+        try withTemporaryDirectory { base throws in
+            let foreign = base + "/foreign"
+            try FileManager.default.createDirectory(atPath: foreign, withIntermediateDirectories: true)
+            try rawLMDBPut(foreign, [RawLMDBEntry(database: "other", key: Array("k".utf8), value: [1])])
+            let newer = base + "/newer"
+            do { _ = try PersistentDefaults(path: newer) }
+            try rawLMDBPut(
+                newer, [RawLMDBEntry(database: "meta", key: Array("format-version".utf8), value: [0, 0, 0, 2])])
+            let empty = base + "/empty"
+            try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: true)
+            try rawLMDBPut(empty, [])
+            let random = base + "/random"
+            try FileManager.default.createDirectory(atPath: random, withIntermediateDirectories: true)
+            let bytes = Data((0..<8192).map { UInt8(truncatingIfNeeded: $0 &* 7919) })
+            #expect(FileManager.default.createFile(atPath: random + "/data.mdb", contents: bytes))
+            let full = base + "/full"
+            var twoReaders = PersistentDefaults.Options()
+            twoReaders.maxReaders = 2
+            try PersistentDefaults(path: full, options: twoReaders).set(1, for: Self.counter)
+            let holders = try (0..<2).map { _ in
+                try ChildProcess(fixture: ["hold-read", full], environment: ["PD_MAX_READERS": "2"])
+            }
+            defer { for holder in holders { holder.kill() } }
+            for holder in holders { #expect(holder.wait(for: "holding")) }
+            var existingOnly = PersistentDefaults.Options()
+            existingOnly.createIfMissing = false
+            var readOnly = PersistentDefaults.Options()
+            readOnly.readOnly = true
+            let refused: [(String, PersistentDefaults.Options)] = [
+                (foreign, .init()), (newer, .init()), (empty, existingOnly), (random, .init()), (full, readOnly),
+            ]
+
+            let user = base + "/user"
+            let stop = Atomic<Bool>(false)
+            let failures = Events<String>()
+            let used = DispatchSemaphore(value: 0)
+            let writing = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                defer { used.signal() }
+                do {
+                    let store = try PersistentDefaults(path: user)
+                    var value = 0
+                    while !stop.load(ordering: .relaxed) {
+                        value += 1
+                        try store.set(value, for: Self.counter)
+                        if try store.read({ $0[Self.counter] }) != value { failures.append("read back \(value)") }
+                        if value == 1 { writing.signal() }
+                    }
+                } catch {
+                    failures.append("\(error)")
+                }
+            }
+            #expect(writing.wait(timeout: .now() + 10) == .success)
+            var refusals = 0
+            for _ in 0..<20 {
+                for (path, options) in refused {
+                    do {
+                        _ = try PersistentDefaults(path: path, options: options)
+                        failures.append("\(path) opened")
+                    } catch {
+                        refusals += 1
+                    }
+                }
+            }
+            stop.store(true, ordering: .relaxed)
+            #expect(used.wait(timeout: .now() + 10) == .success)
+            #expect(refusals == 20 * refused.count)
+            #expect(failures.all.isEmpty, "\(failures.all)")
+            for (path, _) in refused {
+                let left = Self.openFiles(under: path)
+                #expect(left.descriptors.isEmpty && left.mappings.isEmpty, "\(left)")
+            }
+            // Nothing held: a writable open of the same directories gives the same answers.
+            for (path, _) in refused where path != full {
+                #expect(throws: PersistentDefaultsError.self) {
+                    try PersistentDefaults(path: path, options: existingOnly)
+                }
+            }
+            #expect(try PersistentDefaults(path: user).value(for: Self.counter) > 0)
+        }
+    }
+
+    /// `PersistentDefaults.standard` first used by 16 threads at once (in a child process, whose
+    /// standard store is its own): one store for all, every write counted; when its path cannot
+    /// hold a store, one stand-in for all and the error handler told once.
+    @Test func theStandardStoreFirstUsedByManyThreadsAtOnceIsOneStore() throws {
+        try withTemporaryDirectory { base throws in
+            try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
+            let file = base + "/file"
+            #expect(FileManager.default.createFile(atPath: file, contents: Data("not a store".utf8)))
+            for (path, expected) in [
+                (base + "/store", "stores 1 handled 0 counter 16 temporary false"),
+                (file, "stores 1 handled 1 counter 16 temporary true"),
+            ] {
+                let result = try runFixture(["standard-threads", path, "16"])
+                #expect(result.status == 0, "\(result.output)")
+                #expect(result.output.contains(expected), "\(result.output)")
+            }
+        }
+    }
+
+    /// What one worker thread did and saw.
+    struct WorkerTally: Sendable {
+        /// Per store: the last value this thread set its own key to (acknowledged sets).
+        var ownValues = [0, 0, 0]
+        /// Per store: the increments of "shared" this thread committed.
+        var sharedIncrements = [0, 0, 0]
+        /// Values too large for `maxValueSize`, set through the subscript (each reported).
+        var oversizedSets = 0
+        var failures: [String] = []
+    }
+
+    /// 16 threads (on 2 cores) open, use and drop handles of 3 stores (2 `.sync`, 1 `.bounded`),
+    /// handles are also released by observer callbacks and by the error handler, while one
+    /// process sets keys in a loop and another holds write transactions of 100 ms. Every
+    /// acknowledged write must be there, every count exact, no open may hang or fail, only one
+    /// LMDB environment per store may be open in this process at any moment (lmdb.h: a second
+    /// one's close drops the first one's locks), and nothing of the stores may stay open.
+    @Test func manyThreadsOpenUseAndDropHandlesWhileOtherProcessesWrite() throws {
+        try withTemporaryDirectory { base throws in
+            let paths = (0..<3).map { base + "/s\($0)" }
+            let shared = PersistentDefaults.Key<Int>("shared", default: 0)
+            let blob = PersistentDefaults.Key<Data>("blob", default: Data())
+            // Handles that the error handler releases, one per store.
+            let releasedByHandler = Guarded<[PersistentDefaults?]>([nil, nil, nil])
+            let reports = Counter()
+            @Sendable func options(_ index: Int) -> PersistentDefaults.Options {
+                var options = PersistentDefaults.Options()
+                if index == 2 { options.durability = .bounded(interval: .milliseconds(5)) }
+                options.maxValueSize = 1024
+                options.errorHandler = { _ in
+                    reports.increment()
+                    let handle = releasedByHandler.withLock { handles in
+                        defer { handles[index] = nil }
+                        return handles[index]
+                    }
+                    withExtendedLifetime(handle) {}  // Released here, in the handler, outside the lock.
+                }
+                return options
+            }
+            for index in 0..<3 { _ = try PersistentDefaults(path: paths[index], options: options(index)) }
+            let before = Self.openFiles(under: base)
+            #expect(before.descriptors.isEmpty && before.mappings.isEmpty, "\(before)")
+
+            let setter = try ChildProcess(fixture: ["set-loop", paths[0], "2"])
+            defer { setter.kill() }
+            let holder = try ChildProcess(fixture: ["hold-writes", paths[1], "100"])
+            defer { holder.kill() }
+            #expect(setter.wait(for: "ack 1 1"))
+            #expect(holder.wait(for: "holding"))
+
+            // Watches that each store's lock file is open at most once in this process. A listing
+            // is not atomic (a descriptor closed and its number reused by another open between
+            // the listing and the link's read shows one file twice), so a lock file counts as
+            // open twice only when three listings in a row show it under the same two numbers.
+            let sampling = Atomic<Bool>(true)
+            let doubleOpens = Events<String>()
+            let sampled = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                while sampling.load(ordering: .relaxed) {
+                    let listings = (0..<3).map { _ in Self.lockFileDescriptors(under: base) }
+                    for (path, numbers) in listings[0] where numbers.count > 1 {
+                        if listings.allSatisfy({ $0[path] == numbers }) { doubleOpens.append("\(path) \(numbers)") }
+                    }
+                }
+                sampled.signal()
+            }
+
+            let (threads, rounds) = (16, 12)
+            let tallies = Guarded([WorkerTally](repeating: WorkerTally(), count: threads))
+            let done = DispatchGroup()
+            for thread in 0..<threads {
+                done.enter()
+                Thread.detachNewThread {
+                    defer { done.leave() }
+                    var tally = WorkerTally()
+                    let own = PersistentDefaults.Key<Int>("t\(thread)", default: 0)
+                    for round in 0..<rounds {
+                        let index = (thread + round) % 3
+                        do {
+                            let store = try PersistentDefaults(path: paths[index], options: options(index))
+                            // A second handle, released by the observer's first call (or below).
+                            let extra = Guarded<PersistentDefaults?>(
+                                try PersistentDefaults(path: paths[index], options: options(index)))
+                            let token = store.observe(own) { _ in
+                                let handle = extra.withLock { handle in
+                                    defer { handle = nil }
+                                    return handle
+                                }
+                                withExtendedLifetime(handle) {}
+                            }
+                            let next = tally.ownValues[index] + 1
+                            try store.set(next, for: own)
+                            tally.ownValues[index] = next
+                            let read = try store.read { $0[own] }
+                            if read != next {
+                                tally.failures.append("store \(index): read \(read) after setting \(next)")
+                            }
+                            try store.write { $0[shared] += 1 }
+                            tally.sharedIncrements[index] += 1
+                            let handle = try PersistentDefaults(path: paths[index], options: options(index))
+                            releasedByHandler.withLock { $0[index] = handle }
+                            store[blob] = Data(count: 2048)  // Too large: reported, and the handler releases.
+                            tally.oversizedSets += 1
+                            if round.isMultiple(of: 2) { token.cancel() }
+                        } catch {
+                            tally.failures.append("store \(index), round \(round): \(error)")
+                        }
+                    }
+                    tallies.withLock { [tally] in $0[thread] = tally }
+                }
+            }
+            let finished = done.wait(timeout: .now() + 60) == .success
+            #expect(finished, "the threads did not finish within 60 s")
+            sampling.store(false, ordering: .relaxed)
+            #expect(sampled.wait(timeout: .now() + 10) == .success)
+            guard finished else { return }
+            #expect(doubleOpens.all.isEmpty, "a store's lock file was open twice: \(Set(doubleOpens.all))")
+            let all = tallies.withLock { $0 }
+            #expect(all.flatMap(\.failures).isEmpty, "\(all.flatMap(\.failures))")
+            #expect(reports.value == all.map(\.oversizedSets).reduce(0, +))
+
+            setter.kill()
+            holder.kill()
+            releasedByHandler.withLock { $0 = [nil, nil, nil] }
+            for index in 0..<3 {
+                let store = try PersistentDefaults(path: paths[index], options: options(index))
+                for thread in 0..<threads {
+                    let own = PersistentDefaults.Key<Int>("t\(thread)", default: 0)
+                    #expect(try store.value(for: own) == all[thread].ownValues[index], "store \(index), t\(thread)")
+                }
+                #expect(try store.value(for: shared) == all.map { $0.sharedIncrements[index] }.reduce(0, +))
+                #expect(try store.verify().isEmpty)
+            }
+            do {  // Every set the other process acknowledged is there.
+                let store = try PersistentDefaults(path: paths[0], options: options(0))
+                for line in setter.lines where line.hasPrefix("ack ") {
+                    let fields = line.split(separator: " ")
+                    guard fields.count == 3, let value = Int(fields[2]) else { continue }
+                    let key = PersistentDefaults.Key<Int>("k\(fields[1])", default: 0)
+                    #expect(try store.value(for: key) >= value, "\(line)")
+                }
+            }
+            // Closed stores keep no descriptor and no mapping (a watcher thread may hold its
+            // store's last pieces until its current check ends).
+            let cleared = eventually(timeout: 10) {
+                let left = Self.openFiles(under: base)
+                return left.descriptors.isEmpty && left.mappings.isEmpty
+            }
+            #expect(cleared, "\(Self.openFiles(under: base))")
         }
     }
 }

@@ -25,6 +25,9 @@ import PersistentDefaults
 //   pd-fixture hold-read DIR               holds a read snapshot, prints "holding", waits to be killed
 //   pd-fixture hold-write DIR              holds a write transaction (LMDB's writer lock), prints
 //                                          "holding", waits to be killed
+//   pd-fixture hold-writes DIR MS          holds write transactions of MS milliseconds each (each
+//                                          adds 1 to "held"), MS/4 apart, until killed; prints
+//                                          "holding" in the first one
 //   pd-fixture grow-on-input DIR BYTES     opens DIR, prints "opened", waits for its input to end,
 //                                          then sets "blob" to BYTES bytes (grows the map), prints "grown"
 //   pd-fixture fill DIR LIMIT              under RLIMIT_FSIZE = LIMIT bytes, writes 64 KiB values
@@ -38,6 +41,10 @@ import PersistentDefaults
 //   pd-fixture create-and-vanish DIR       creates a `.bounded` store and ends with _exit (no
 //                                          exit handlers, no close)
 //   pd-fixture open-standard               PersistentDefaults.openStandard(); prints "opened PATH"
+//   pd-fixture standard-threads PATH N     makes PATH the standard store's path (with an error handler
+//                                          that counts its calls); N threads released at once each
+//                                          take `standard` and add 1 to "counter" in write { }; prints
+//                                          "stores S handled H counter C temporary T" (S distinct stores)
 //
 //   pd-fixture bounded-exit DIR COUNT      makes DIR the standard store, `.bounded` with a one-hour
 //                                          interval, sets "k" to 1…COUNT and returns from main
@@ -139,6 +146,9 @@ func run(_ arguments: [String]) -> ToolExitCode {
             // PERSISTENT_DEFAULTS_PATH chooses the directory; the throwing form must throw.
             let store = try PersistentDefaults.openStandard()
             say("opened \(store.path)")
+        case ("standard-threads", 3):
+            guard let threads = Int(arguments[2]) else { return .usage }
+            try standardThreads(path: arguments[1], threads: threads)
         case ("hold-read", 2):
             let store = try PersistentDefaults(path: arguments[1], options: options())
             try store.read { _ in
@@ -151,6 +161,9 @@ func run(_ arguments: [String]) -> ToolExitCode {
                 say("holding")
                 while true { pause() }
             }
+        case ("hold-writes", 3):
+            guard let milliseconds = UInt32(arguments[2]) else { return .usage }
+            try holdWrites(path: arguments[1], milliseconds: milliseconds)
         case ("fill", 3):
             guard let limit = Int(arguments[2]) else { return .usage }
             return fill(path: arguments[1], limit: limit)
@@ -295,6 +308,49 @@ func setLoop(path: String, threads: Int) throws {
         }
     }
     while true { pause() }
+}
+
+func standardThreads(path: String, threads: Int) throws {
+    let handled = Guarded(0)
+    var counted = options()
+    counted.errorHandler = { _ in handled.withLock { $0 += 1 } }
+    try PersistentDefaults.configureStandard(path: path, options: counted)
+    let counter = PersistentDefaults.Key<Int>("counter", default: 0)
+    let stores = Guarded<[ObjectIdentifier]>([])
+    let start = DispatchSemaphore(value: 0)
+    let done = DispatchGroup()
+    for _ in 0..<threads {
+        done.enter()
+        Thread.detachNewThread {
+            defer { done.leave() }
+            start.wait()
+            let store = PersistentDefaults.standard
+            stores.withLock { $0.append(ObjectIdentifier(store)) }
+            do { try store.write { $0[counter] += 1 } } catch { say("failure \(error)") }
+        }
+    }
+    for _ in 0..<threads { start.signal() }
+    done.wait()
+    let standard = PersistentDefaults.standard
+    let distinct = Set(stores.withLock { $0 }).count
+    say(
+        "stores \(distinct) handled \(handled.withLock { $0 }) counter \(standard[counter]) "
+            + "temporary \(standard.isTemporary)")
+}
+
+func holdWrites(path: String, milliseconds: UInt32) throws {
+    let store = try PersistentDefaults(path: path, options: options())
+    let held = PersistentDefaults.Key<Int>("held", default: 0)
+    var first = true
+    while true {
+        try store.write { tx in
+            tx[held] += 1
+            if first { say("holding") }
+            usleep(milliseconds * 1000)  // Another process's long transaction, not synchronisation.
+        }
+        first = false
+        usleep(milliseconds * 250)  // Lets the writers waiting for LMDB's lock in.
+    }
 }
 
 func fill(path: String, limit: Int) -> ToolExitCode {
