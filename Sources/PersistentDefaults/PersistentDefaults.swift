@@ -20,6 +20,8 @@ public final class PersistentDefaults: Sendable {
     /// Whether this handle was opened read-only; the store it shares may be writable (another
     /// handle in this process opened it so), so every write path checks this, not the store's options.
     let isReadOnly: Bool
+    /// The canonical path this handle was opened through (see ``path``).
+    private let openedPath: String
 
     /// Opens the store in the directory `path`, creating the directory (mode 0700) and the store
     /// when they are missing, unless `options.readOnly` is set.
@@ -34,7 +36,7 @@ public final class PersistentDefaults: Sendable {
 
     /// Opens the store; a `temporary` one's directory is removed when its last handle goes.
     init(path: String, options: Options, temporary: Bool) throws {
-        core = try StoreRegistry.acquire(path: path, options: options, temporary: temporary)
+        (core, openedPath) = try StoreRegistry.acquire(path: path, options: options, temporary: temporary)
         isReadOnly = options.readOnly
     }
 
@@ -45,8 +47,13 @@ public final class PersistentDefaults: Sendable {
 
     deinit { StoreRegistry.release(core) }
 
-    /// The store's directory, as an absolute path.
-    public var path: String { core.path }
+    /// The store's directory, as an absolute path: the canonical form (symbolic links resolved)
+    /// of the path this handle was opened with.
+    ///
+    /// Handles of one store may give different paths: a store whose directory was renamed while
+    /// it was open is the same store at its new path, and a handle opened through that path gives
+    /// it, while older handles give the path they were opened with.
+    public var path: String { openedPath }
 
     /// The options the store was first opened with in this process.
     public var options: Options { core.options }

@@ -20,11 +20,12 @@ enum StoreRegistry {
 
     private static let stores = Locked<[FileIdentity: Entry]>([:])
 
-    /// A handle of the store at `path`, opening it unless it is open in this process. With
-    /// `temporary`, the directory is removed when the last handle goes (see
-    /// ``PersistentDefaults/temporary(options:)``).
+    /// A handle of the store at `path`, opening it unless it is open in this process, and the
+    /// canonical form of `path` through which it was found (not the open store's `path` when its
+    /// directory was renamed since). With `temporary`, the directory is removed when the last
+    /// handle goes (see ``PersistentDefaults/temporary(options:)``).
     static func acquire(path: String, options: PersistentDefaults.Options, temporary: Bool = false) throws
-        -> StoreCore
+        -> (core: StoreCore, path: String)
     {
         try stores.withLock { stores in
             let key = try StoreFiles.canonicalPath(path, creating: options.creates)
@@ -40,11 +41,11 @@ enum StoreRegistry {
                 }
                 entry.handles += 1
                 stores[file] = entry
-                return entry.core
+                return (entry.core, key)
             }
             let core = try StoreCore(path: key, options: options, temporary: temporary)
             stores[core.environment.dataFile] = Entry(core: core, handles: 1)
-            return core
+            return (core, key)
         }
     }
 

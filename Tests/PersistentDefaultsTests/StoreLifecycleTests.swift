@@ -106,6 +106,25 @@ import Testing
         }
     }
 
+    /// A handle opened through the new path of a renamed directory gave, as its `path`, the
+    /// path the store was first opened with, which no longer exists: opening the store again by
+    /// that path (as another component given the handle's path does) made a new, empty store there.
+    @Test func aHandleOpenedAfterItsDirectoryWasRenamedGivesTheNewPath() throws {
+        try withTemporaryDirectory { base in
+            let store = try PersistentDefaults(path: base + "/before")
+            store[Self.counter] = 1
+            try FileManager.default.moveItem(atPath: base + "/before", toPath: base + "/after")
+            let again = try PersistentDefaults(path: base + "/after")
+            let after = try #require(realpath(base + "/after", nil))
+            defer { free(after) }
+            #expect(again.path == String(cString: after))
+            let byPath = try PersistentDefaults(path: again.path)
+            #expect(byPath[Self.counter] == 1)
+            #expect(!FileManager.default.fileExists(atPath: base + "/before"), "a new store at the old path")
+            #expect(store.path != again.path, "each handle gives the path it was opened with")
+        }
+    }
+
     @Test func aStoreWhoseDirectoryWasRenamedIsTheOpenStoreAtItsNewPath() throws {
         try withTemporaryDirectory { base in
             var bounded = PersistentDefaults.Options()
@@ -177,6 +196,39 @@ extension StoreLifecycleTests {
             let reopened = try PersistentDefaults(path: path, options: options)
             #expect(try reopened.value(for: Self.counter) == 3)
             #expect(log.all.isEmpty, "\(log.all)")
+            token.cancel()
+        }
+    }
+
+    /// The last handle released by the error handler on the store's watcher thread: another
+    /// process stored bytes that do not decode as the observed key's type, which the delivery
+    /// reports there; the store closes inside the handler, with that delivery still under way.
+    @Test func theLastHandleReleasedByTheErrorHandlerOnTheWatcherThreadClosesTheStore() throws {
+        try withTemporaryDirectory { path throws in
+            let holder = Guarded<PersistentDefaults?>(nil)
+            let reports = Events<PersistentDefaultsError>()
+            var options = PersistentDefaults.Options()
+            options.errorHandler = { error in
+                let handle = holder.withLock { handle in
+                    defer { handle = nil }
+                    return handle
+                }
+                withExtendedLifetime(handle) {}
+                reports.append(error)
+            }
+            holder.withLock { $0 = try? PersistentDefaults(path: path, options: options) }
+            let token = try #require(holder.withLock { $0 }).observe(Self.counter) { _ in }
+            #expect(try runFixture(["set-bytes", path, "counter", "16"]).status == 0)
+            #expect(reports.wait(forCount: 1))
+            #expect(reports.all.first?.isDecodingFailure == true, "\(reports.all)")
+            let cleared = eventually(timeout: 10) {
+                let left = Self.openFiles(under: path)
+                return left.descriptors.isEmpty && left.mappings.isEmpty
+            }
+            #expect(cleared, "\(Self.openFiles(under: path))")
+            let reopened = try PersistentDefaults(path: path)
+            #expect(try reopened.value(for: PersistentDefaults.Key<Data>("counter", default: Data())).count == 16)
+            #expect(reports.all.count == 1, "\(reports.all)")
             token.cancel()
         }
     }
@@ -437,5 +489,12 @@ extension StoreLifecycleTests {
             }
             #expect(cleared, "\(Self.openFiles(under: base))")
         }
+    }
+}
+
+extension PersistentDefaultsError {
+    /// Whether this is ``decodingFailed(key:type:reason:)``.
+    fileprivate var isDecodingFailure: Bool {
+        if case .decodingFailed = self { true } else { false }
     }
 }
