@@ -54,17 +54,6 @@ import Testing
         try body(store)
     }
 
-    /// Runs `body` on a thread of its own; false when it has not returned after `timeout`
-    /// seconds (a deadlock: the thread is left behind and the test fails instead of hanging).
-    private func returns(within timeout: Double = 10, _ body: @escaping @Sendable () -> Void) -> Bool {
-        let done = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            body()
-            done.signal()
-        }
-        return done.wait(timeout: .now() + timeout) == .success
-    }
-
     private static let broken = PersistentDefaults.Key<Int>("broken", default: -1)
     private static let errorCount = PersistentDefaults.Key<Int>("errorCount", default: 0)
     private static let other = PersistentDefaults.Key<Int>("other", default: 0)

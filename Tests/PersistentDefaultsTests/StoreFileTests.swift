@@ -185,17 +185,7 @@ private func mode(_ path: String) throws -> Int {
     /// environment opened with `createIfMissing = false`. The directory keeps the files it had.
     @Test func aRefusedOpenAddsNoFileToTheDirectory() throws {
         try withTemporaryDirectory { base throws in
-            let foreign = base + "/foreign"
-            try FileManager.default.createDirectory(atPath: foreign, withIntermediateDirectories: true)
-            try rawLMDBPut(foreign, [RawLMDBEntry(database: "other", key: Array("k".utf8), value: [1])])
-            let newer = base + "/newer"
-            do { _ = try PersistentDefaults(path: newer) }
-            try FileManager.default.removeItem(atPath: newer + "/notify")
-            try rawLMDBPut(
-                newer, [RawLMDBEntry(database: "meta", key: Array("format-version".utf8), value: [0, 0, 0, 2])])
-            let empty = base + "/empty"
-            try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: true)
-            try rawLMDBPut(empty, [])
+            let (foreign, newer, empty) = try refusedStoreDirectories(in: base)
             var existingOnly = PersistentDefaults.Options()
             existingOnly.createIfMissing = false
             for (path, options) in [(foreign, PersistentDefaults.Options()), (newer, .init()), (empty, existingOnly)] {

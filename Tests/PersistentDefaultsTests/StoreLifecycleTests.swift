@@ -239,16 +239,7 @@ extension StoreLifecycleTests {
     /// store: each leaves no descriptor or mapping behind, and the other store works on.
     @Test func refusedOpensLeaveNothingOpenWhileAnotherStoreIsInUse() throws {
         try withTemporaryDirectory { base throws in
-            let foreign = base + "/foreign"
-            try FileManager.default.createDirectory(atPath: foreign, withIntermediateDirectories: true)
-            try rawLMDBPut(foreign, [RawLMDBEntry(database: "other", key: Array("k".utf8), value: [1])])
-            let newer = base + "/newer"
-            do { _ = try PersistentDefaults(path: newer) }
-            try rawLMDBPut(
-                newer, [RawLMDBEntry(database: "meta", key: Array("format-version".utf8), value: [0, 0, 0, 2])])
-            let empty = base + "/empty"
-            try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: true)
-            try rawLMDBPut(empty, [])
+            let (foreign, newer, empty) = try refusedStoreDirectories(in: base)
             let random = base + "/random"
             try FileManager.default.createDirectory(atPath: random, withIntermediateDirectories: true)
             let bytes = Data((0..<8192).map { UInt8(truncatingIfNeeded: $0 &* 7919) })

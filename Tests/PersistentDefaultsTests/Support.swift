@@ -107,3 +107,31 @@ func setFromAnotherProcess(
     let result = try runFixture(["set-int", path, name, "\(value)"])
     #expect(result.status == 0, "\(result.output)", sourceLocation: sourceLocation)
 }
+
+/// Runs `body` on a thread of its own; false when it has not returned after `timeout` seconds
+/// (a deadlock: the thread is left behind and the test fails instead of hanging).
+func returns(within timeout: Double = 10, _ body: @escaping @Sendable () -> Void) -> Bool {
+    let done = DispatchSemaphore(value: 0)
+    Thread.detachNewThread {
+        body()
+        done.signal()
+    }
+    return done.wait(timeout: .now() + timeout) == .success
+}
+
+/// Directories under `base` that an open refuses for what they hold: `foreign`, an LMDB
+/// environment of another program; `newer`, a store of format version 2 (without its `notify`
+/// file, so that a refused open that made one shows); `empty`, an empty LMDB environment.
+func refusedStoreDirectories(in base: String) throws -> (foreign: String, newer: String, empty: String) {
+    let foreign = base + "/foreign"
+    try FileManager.default.createDirectory(atPath: foreign, withIntermediateDirectories: true)
+    try rawLMDBPut(foreign, [RawLMDBEntry(database: "other", key: Array("k".utf8), value: [1])])
+    let newer = base + "/newer"
+    do { _ = try PersistentDefaults(path: newer) }
+    try FileManager.default.removeItem(atPath: newer + "/notify")
+    try rawLMDBPut(newer, [RawLMDBEntry(database: "meta", key: Array("format-version".utf8), value: [0, 0, 0, 2])])
+    let empty = base + "/empty"
+    try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: true)
+    try rawLMDBPut(empty, [])
+    return (foreign, newer, empty)
+}

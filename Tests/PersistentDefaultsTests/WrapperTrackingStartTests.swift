@@ -11,15 +11,6 @@ import Testing
 /// `read { }` on another thread while the start waited for the map to be adopted (which waits
 /// for that scope), deadlocked. Both tests timed out before the fix (3 of 3 runs).
 @Suite(.serialized) struct WrapperTrackingStartTests {
-    /// Runs `body` on a thread of its own; false when it has not returned after `timeout` seconds.
-    private func returns(within timeout: Double = 10, _ body: @escaping @Sendable () -> Void) -> Bool {
-        let done = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            body()
-            done.signal()
-        }
-        return done.wait(timeout: .now() + timeout) == .success
-    }
 
     @Test func anErrorHandlerMayReadThePropertyWhoseFirstReadReportedTheError() throws {
         try withTemporaryDirectory { path throws in
