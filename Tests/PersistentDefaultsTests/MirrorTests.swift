@@ -30,6 +30,14 @@ private func fleetMirror(
         store: store, endpoints: etcd.endpoints, etcdPrefix: "/fleet/svc/", localPrefix: "fleet.", options: options)
 }
 
+/// Starts and stops a mirror of the test prefix, as a service that ran before: the store then
+/// records the mirror and the revision it reached, and the next mirror's start is a restart.
+private func runMirrorOnce(_ store: PersistentDefaults, _ etcd: EtcdCluster) async throws {
+    let mirror = try fleetMirror(store, etcd)
+    try await mirror.start()
+    try await mirror.stop()
+}
+
 /// Runs `body` with an etcd member that sends progress notifications at etcd's default interval
 /// (10 min: a revision of another prefix reaches no watch of this one in a test's time), a store
 /// and its started mirror whose requests time out after 5 s, with `.counter` set to 1.
@@ -156,9 +164,7 @@ struct MirrorTests {
         let etcd = try EtcdCluster()
         try await withTemporaryDirectoryAsync { path in
             let store = try PersistentDefaults(path: path)
-            let first = try fleetMirror(store, etcd)
-            try await first.start()
-            try await first.stop()
+            try await runMirrorOnce(store, etcd)
             let before = try store.lastSequence()
             var revisions: [Int64] = []
             for value in 1...3 { revisions.append(try etcd.put("/fleet/svc/counter", typedInt(value))) }
@@ -186,9 +192,7 @@ struct MirrorTests {
         let etcd = try EtcdCluster()
         try await withTemporaryDirectoryAsync { path in
             let store = try PersistentDefaults(path: path)
-            let first = try fleetMirror(store, etcd)
-            try await first.start()
-            try await first.stop()
+            try await runMirrorOnce(store, etcd)
             let large = String(repeating: "x", count: 1_400_000)
             var last: Int64 = 0
             for index in 0..<10 {
@@ -286,9 +290,7 @@ struct MirrorTests {
         try await withTemporaryDirectoryAsync { path in
             let store = try PersistentDefaults(path: path)
             _ = try etcd.put("/fleet/svc/banner", #"{"type":"string","value":"old"}"#)
-            let first = try fleetMirror(store, etcd)
-            try await first.start()
-            try await first.stop()
+            try await runMirrorOnce(store, etcd)
             for value in 1...5 { _ = try etcd.put("/fleet/svc/counter", typedInt(value)) }
             _ = try etcd.delete("/fleet/svc/banner")
             let newest = try etcd.put("/other/noise", typedInt(0))
@@ -315,9 +317,7 @@ struct MirrorTests {
             let store = try PersistentDefaults(path: path)
             _ = try etcd.put("/fleet/svc/banner", #"{"type":"string","value":"old"}"#)
             _ = try etcd.put("/fleet/svc/counter", typedInt(1))
-            let first = try fleetMirror(store, etcd)
-            try await first.start()
-            try await first.stop()
+            try await runMirrorOnce(store, etcd)
             let deleted = try etcd.delete("/fleet/svc/banner")
             try etcd.compact(deleted)
             let second = try fleetMirror(store, etcd)
