@@ -60,6 +60,16 @@ public final class WriteTransaction: StoreView {
         let old: Held
         /// The value now.
         var new: Held
+        /// Whether `new` differs from `old`: set by each write, which compares the value it
+        /// writes with `old` only when the key was written before (else the value now is
+        /// `old`, which the write already compared), so `finish()` compares nothing.
+        var changed = false
+
+        /// Sets `new` and `changed` in one access (two cost two uniqueness checks of the array).
+        mutating func setNew(_ held: Held, changed: Bool) {
+            new = held
+            self.changed = changed
+        }
     }
 
     /// A value the transaction holds for a key: none, a value read from the store, or a value
@@ -193,12 +203,30 @@ public final class WriteTransaction: StoreView {
 
         func key(at position: Int) -> PersistentDefaults.Keys { position == 0 ? first!.key : rest[position - 1].key }
 
+        /// Calls `body` with the key at `position`, without retaining it: `touched` holds it for
+        /// as long as `body` runs (a retain and release per key of `finish()` cost ~40
+        /// instructions).
+        @inline(__always)
+        func withKey<R>(at position: Int, _ body: (PersistentDefaults.Keys) throws -> R) rethrows -> R {
+            let key =
+                position == 0
+                ? Unmanaged.passUnretained(first!.key)
+                : rest.withUnsafeBufferPointer { Unmanaged.passUnretained($0[position - 1].key) }
+            return try key._withUnsafeGuaranteedRef(body)
+        }
+
         func old(at position: Int) -> Held { position == 0 ? first!.old : rest[position - 1].old }
 
         func new(at position: Int) -> Held { position == 0 ? first!.new : rest[position - 1].new }
 
-        mutating func setNew(_ held: Held, at position: Int) {
-            if position == 0 { first!.new = held } else { rest[position - 1].new = held }
+        func changed(at position: Int) -> Bool { position == 0 ? first!.changed : rest[position - 1].changed }
+
+        mutating func setNew(_ held: Held, changed: Bool, at position: Int) {
+            if position == 0 {
+                first!.setNew(held, changed: changed)
+            } else {
+                rest[position - 1].setNew(held, changed: changed)
+            }
         }
 
         /// Adds a key not touched before, with what it holds in the store.
@@ -317,12 +345,13 @@ public final class WriteTransaction: StoreView {
             var writer = RawByteWriter(UnsafeMutableRawBufferPointer(buffer))
             for position in 0..<touched.count {
                 guard let new = changedValue(at: position) else { continue }
-                let key = touched.key(at: position)
-                key.nameBytes.withUnsafeBytes { name in
-                    values.withBytes(of: new) { CommitRecord.appendChange(named: name, value: $0, to: &writer) }
+                touched.withKey(at: position) { key in
+                    key.nameBytes.withUnsafeBytes { name in
+                        values.withBytes(of: new) { CommitRecord.appendChange(named: name, value: $0, to: &writer) }
+                    }
+                    mask |= WakeChannel.bit(ofNameHash: key.nameHash)
                 }
                 count += 1
-                mask |= WakeChannel.bit(ofNameHash: key.nameHash)
             }
             initialized = writer.offset
         }
@@ -348,11 +377,9 @@ public final class WriteTransaction: StoreView {
     }
 
     /// The value the key at `position` holds now, when it differs from what it held before.
+    @inline(__always)
     private func changedValue(at position: Int) -> Held? {
-        let new = touched.new(at: position)
-        // A key never written holds what it held before.
-        if case .read = new { return nil }
-        return values.holds(touched.old(at: position), new) ? nil : new
+        touched.changed(at: position) ? touched.new(at: position) : nil
     }
 
     // MARK: Writing
@@ -518,11 +545,11 @@ public final class WriteTransaction: StoreView {
             if let position = touched.position(of: key) { return position }
         } else {
             if touchedIndex.isEmpty {
-                for position in 0..<next { touchedIndex.append(hash: touched.key(at: position).indexHash) }
+                for position in 0..<next { touchedIndex.append(hash: touched.withKey(at: position) { $0.indexHash }) }
             }
             let nameHash = key.indexHash
             if let position = touchedIndex.position(
-                hash: nameHash, where: { TouchedKeys.sameName(touched.key(at: $0), key) })
+                hash: nameHash, where: { touched.withKey(at: $0) { TouchedKeys.sameName($0, key) } })
             {
                 return position
             }
@@ -577,7 +604,11 @@ public final class WriteTransaction: StoreView {
         if let count = new.count { try core.checkSize(count, of: key.name) }
         try checkNotMirrored(key, in: transaction)
         let position = try position ?? touchedPosition(of: key, in: transaction)
-        guard !values.holds(touched.new(at: position), new) else { return }
+        let current = touched.new(at: position)
+        guard !values.holds(current, new) else { return }
+        let old = touched.old(at: position)
+        // Not written before: the value now is the old one, which `new` differs from.
+        let changed = Held.same(old, current) || !values.holds(old, new)
         let cursor = try valuesCursor(transaction)
         let atKey = cursorKey == position
         cursorKey = nil
@@ -590,7 +621,7 @@ public final class WriteTransaction: StoreView {
                 }
             }
         }
-        touched.setNew(new, at: position)
+        touched.setNew(new, changed: changed, at: position)
         loggedBytesBound += CommitRecord.encodedChangeSize(nameCount: key.nameBytes.count, valueCount: new.count)
         if new.count != nil { cursorKey = position }
     }

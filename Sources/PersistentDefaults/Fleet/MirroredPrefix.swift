@@ -148,8 +148,15 @@ extension WriteTransaction {
     /// Throws ``PersistentDefaultsError/ownedByMirror(key:localPrefix:etcdPrefix:)`` when a mirror
     /// owns `name` and this is not a mirror's own transaction. The owners are read once per
     /// transaction: one cursor step in `meta` when no mirror is recorded.
+    @inline(__always)
     func checkNotMirrored(_ key: PersistentDefaults.Keys, in transaction: Transaction) throws {
-        guard !appliesMirror else { return }
+        // Most stores have no mirror: once the owners are read, a write pays one test.
+        if appliesMirror || mirrorOwners?.isEmpty == true { return }
+        try checkMirrorOwners(key, in: transaction)
+    }
+
+    /// `checkNotMirrored` past its fast path.
+    private func checkMirrorOwners(_ key: PersistentDefaults.Keys, in transaction: Transaction) throws {
         if mirrorOwners == nil { mirrorOwners = try core.mirroredPrefixes(in: transaction) }
         guard let owner = mirrorOwners?.first(where: { key.nameBytes.starts(with: $0.localPrefix) }) else { return }
         let etcdPrefix = (try? StoreCore.decodeMirrorRecord(owner.record, localPrefix: owner.localPrefix))?.etcdPrefix
