@@ -336,13 +336,9 @@ public final class WriteTransaction: StoreView {
         if values.holdsLarge { return try finishWithArrays() }
         // The changes go straight into their log form; the record decodes them only for
         // somebody who asks (an observer, a reader of the record).
-        var count = 0
         var mask: UInt64 = 0
-        // Never capacity 0 (nothing written): the initializer then stores the count into the
-        // runtime's shared empty array, a data race between two commits without value changes
-        // on different threads (ThreadSanitizer reports it).
-        let section = [UInt8](unsafeUninitializedCapacity: max(loggedBytesBound, 1)) { buffer, initialized in
-            var writer = RawByteWriter(UnsafeMutableRawBufferPointer(buffer))
+        let changes = EncodedChanges(capacity: loggedBytesBound) { writer in
+            var count = 0
             for position in 0..<touched.count {
                 guard let new = changedValue(at: position) else { continue }
                 touched.withKey(at: position) { key in
@@ -353,11 +349,11 @@ public final class WriteTransaction: StoreView {
                 }
                 count += 1
             }
-            initialized = writer.offset
+            return count
         }
-        guard count > 0 || logsWithoutValueChanges else { return nil }
+        guard changes.count > 0 || logsWithoutValueChanges else { return nil }
         return try core.appendLog(
-            EncodedChanges(bytes: section, count: count), mask: mask, cachedLastSequence: cachedLastSequence,
+            changes, mask: mask, cachedLastSequence: cachedLastSequence,
             in: transaction)
     }
 
