@@ -23,18 +23,17 @@ import Dispatch
 @propertyWrapper
 public struct PersistentDefault<Value: Sendable>: Sendable {
     /// The store the property lives in.
-    public let store: PersistentDefaults
+    public var store: PersistentDefaults { tracker.store }
     /// The key the property reads and writes.
-    public let key: PersistentDefaults.Key<Value>
-    /// This wrapper's (and its copies') tracker: the key's store observation lives while a
-    /// tracker of its name does.
-    @usableFromInline let tracker: KeyTracker
+    public var key: PersistentDefaults.Key<Value> { tracker.key }
+    /// This wrapper's (and its copies') tracker, which holds the store and the key: the key's
+    /// store observation lives while a tracker of its name does. The only stored property, so
+    /// that a read retains one object (see ``KeyTracker``).
+    @usableFromInline let tracker: KeyTracker<Value>
 
     /// A property for a typed key.
     public init(_ key: PersistentDefaults.Key<Value>, in store: PersistentDefaults = .standard) {
-        self.store = store
-        self.key = key
-        tracker = store.core.tracker(for: key)
+        tracker = store.core.tracker(for: key, in: store)
     }
 
     /// A property for a key type (``PersistentDefaultsKey``), with its hooks and conversion.
@@ -54,9 +53,9 @@ public struct PersistentDefault<Value: Sendable>: Sendable {
     public var wrappedValue: Value {
         get {
             tracker.access()
-            return store[key]
+            return tracker.store[tracker.key]
         }
-        nonmutating set { store[key] = newValue }
+        nonmutating set { tracker.store[tracker.key] = newValue }
     }
 
     /// The projected value (`$property`): the value's changes, the key and the store.
