@@ -268,19 +268,22 @@ final class Environment: @unchecked Sendable {
     /// thread without a slot or whose slot another thread is reclaiming.
     @inline(__always)
     private func readThroughSlot<R>(_ body: (Transaction) throws -> R) throws -> R {
-        if let slot = readerSlots.slotOfCurrentThread() {
-            switch slot.enter(gate) {
+        // Each use of the slot through `_withUnsafeGuaranteedRef` (see
+        // `ReaderSlots.unretainedSlotOfCurrentThread()`): a strong local across `body` costs a
+        // retain and a release of the slot per read (an `unowned(unsafe)` one, more).
+        if let slot = readerSlots.unretainedSlotOfCurrentThread() {
+            switch slot._withUnsafeGuaranteedRef({ $0.enter(gate) }) {
             case .entered:
                 let transaction: TransactionHandle
                 do {
                     try checkOpen()
                     try lockProbe?.checkNoOtherProcess()
-                    transaction = try renew(slot)
+                    transaction = try slot._withUnsafeGuaranteedRef { try renew($0) }
                 } catch {
-                    slot.release(keeping: slot.handle)
+                    slot._withUnsafeGuaranteedRef { $0.release(keeping: $0.handle) }
                     throw error
                 }
-                defer { endRead(transaction, slot) }
+                defer { slot._withUnsafeGuaranteedRef { endRead(transaction, $0) } }
                 let result = try body(Transaction(handle: transaction, environment: self))
                 try lockProbe?.checkNoOtherProcess()
                 return result
