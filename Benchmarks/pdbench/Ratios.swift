@@ -99,6 +99,14 @@ func computeRatios(_ rows: [Measurement]) -> [Ratio] {
         p50("set/int/bounded-interleaved/store-bounded"), p50("set/int/bounded-interleaved/raw-lmdb-nosync"),
         describe: "(p50)", met: { $0 <= 1.2 })
     ratio(
+        "bounded set (int): LMDB's own part of the store's set / raw LMDB MDB_NOSYNC, the floor", target: "none",
+        p50("set/int/bounded-interleaved/raw-lmdb-logged"), p50("set/int/bounded-interleaved/raw-lmdb-nosync"),
+        describe: "(p50)", met: nil)
+    ratio(
+        "bounded set (int): store / LMDB's own part of its set (the Swift side)", target: "none",
+        p50("set/int/bounded-interleaved/store-bounded"), p50("set/int/bounded-interleaved/raw-lmdb-logged"),
+        describe: "(p50)", met: nil)
+    ratio(
         "transaction of 10 keys: store.write / raw LMDB", target: "none",
         p50("transaction/10-keys/store-write"), p50("transaction/10-keys/raw-lmdb"), describe: "(p50)", met: nil)
     ratio(
@@ -123,6 +131,14 @@ func computeRatios(_ rows: [Measurement]) -> [Ratio] {
         "typed get, 1,000 keys scattered: store[key] / raw mdb_get", target: "≤ 1.05×",
         p50("get/int/1000-keys-scattered/store-subscript"), p50("get/int/1000-keys-scattered/raw-lmdb"),
         describe: "(p50)", met: { $0 <= 1.05 })
+    ratio(
+        "typed get, 1,000 keys scattered: raw mdb_get in the store's layout (named database) / raw mdb_get, the floor",
+        target: "none", p50("get/int/1000-keys-scattered/raw-lmdb-named"), p50("get/int/1000-keys-scattered/raw-lmdb"),
+        describe: "(p50)", met: nil)
+    ratio(
+        "typed get, 1,000 keys scattered: store[key] / raw mdb_get in the store's layout (the Swift side)",
+        target: "none", p50("get/int/1000-keys-scattered/store-subscript"),
+        p50("get/int/1000-keys-scattered/raw-lmdb-named"), describe: "(p50)", met: nil)
     ratio(
         "@PersistentDefault get, 1,000 wrappers / store[key]", target: "≤ 1.05×",
         p50("get/int/1000-keys-scattered/property-wrapper"), p50("get/int/1000-keys-scattered/store-subscript"),

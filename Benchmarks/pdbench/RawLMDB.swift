@@ -90,12 +90,15 @@ final class RawLMDB {
         try checkLMDB(mdb_txn_commit(transaction), "mdb_txn_commit")
     }
 
-    /// Puts `value` under `key` inside a write transaction.
+    /// Puts `value` under `key` inside a write transaction, in `database` (nil: the unnamed one).
     @inline(__always)
-    func put(_ transaction: RawTransactionHandle, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) throws {
+    func put(
+        _ transaction: RawTransactionHandle, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer,
+        database named: MDB_dbi? = nil
+    ) throws {
         var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
         var data = MDB_val(mv_size: value.count, mv_data: UnsafeMutableRawPointer(mutating: value.baseAddress))
-        try checkLMDB(mdb_put(transaction, database, &keyValue, &data, 0), "mdb_put")
+        try checkLMDB(mdb_put(transaction, named ?? database, &keyValue, &data, 0), "mdb_put")
     }
 
     /// One put and a commit: what a single durable set costs in LMDB itself.
@@ -107,10 +110,13 @@ final class RawLMDB {
         }
     }
 
-    /// Reads `key` with the kept read transaction renewed before and reset after; `body`
-    /// sees the bytes (nil when absent) only while the transaction is live.
+    /// Reads `key` from `database` (nil: the unnamed one) with the kept read transaction renewed
+    /// before and reset after; `body` sees the bytes (nil when absent) only while the
+    /// transaction is live.
     @inline(__always)
-    func get<R>(key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer?) throws -> R) throws -> R {
+    func get<R>(
+        key: UnsafeRawBufferPointer, database named: MDB_dbi? = nil, _ body: (UnsafeRawBufferPointer?) throws -> R
+    ) throws -> R {
         let transaction: RawTransactionHandle
         if let reader {
             try checkLMDB(mdb_txn_renew(reader), "mdb_txn_renew")
@@ -125,7 +131,7 @@ final class RawLMDB {
         defer { mdb_txn_reset(transaction) }
         var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
         var data = MDB_val()
-        let code = mdb_get(transaction, database, &keyValue, &data)
+        let code = mdb_get(transaction, named ?? database, &keyValue, &data)
         if code == MDB_NOTFOUND { return try body(nil) }
         try checkLMDB(code, "mdb_get")
         return try body(UnsafeRawBufferPointer(start: data.mv_data, count: data.mv_size))

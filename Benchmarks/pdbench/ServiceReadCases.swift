@@ -9,10 +9,13 @@ import Synchronization
 /// run while other threads read now and then.
 ///
 /// - `get/int/1000-keys-scattered/{raw-lmdb,store-subscript,property-wrapper,
-///   store-subscript-and-registrar-access}`: 1,000 Int keys read in a fixed shuffled order; raw
-///   is the C API with one kept read transaction renewed and reset per get; the wrapper case
-///   reads 1,000 `@PersistentDefault` values, one per key. One case: the four alternate sample by
-///   sample, so that the machine's drift (±30 % over a run here) hits all alike.
+///   store-subscript-and-registrar-access,raw-lmdb-named}`: 1,000 Int keys read in a fixed
+///   shuffled order; raw is the C API with one kept read transaction renewed and reset per get;
+///   the wrapper case reads 1,000 `@PersistentDefault` values, one per key; `raw-lmdb-named` is
+///   raw's get on the store's layout (a named database, tagged values): the floor of the store's
+///   read, since `mdb_txn_renew` marks every named database stale and the first get after it
+///   looks the database up again. One case: the five alternate sample by sample, so that the
+///   machine's drift (±30 % over a run here) hits all alike.
 /// - `get/int/{1,2,4}-threads/{raw-lmdb,store}`: n threads each reading the 1,000 keys in
 ///   scattered order for a fixed time; ops/s is the total reads per second (raw: one kept read
 ///   transaction per thread). One case (`get/int/threads`): the six take turns in short windows,
@@ -72,6 +75,29 @@ private func makeRaw(_ path: String) throws -> (RawLMDB, [[UInt8]]) {
     return (lmdb, keys)
 }
 
+/// Raw LMDB holding the same keys as the store lays them out: in the named database `values`
+/// (beside `log` and `meta`), each value tagged as the store tags an Int (9 bytes).
+private func makeRawNamed(_ path: String) throws -> (RawLMDB, MDB_dbi) {
+    let lmdb = try RawLMDB(path: path, namedDatabases: ["log", "meta", "values"])
+    let values = lmdb.named["values"] ?? 0
+    try lmdb.write { transaction in
+        for (index, name) in scatteredNames.enumerated() {
+            var tagged = [UInt8](repeating: 3, count: 9)
+            withUnsafeBytes(of: Int64(index).bigEndian) { tagged.replaceSubrange(1..<9, with: $0) }
+            try Array(name.utf8).withUnsafeBytes { key in
+                try tagged.withUnsafeBytes { try lmdb.put(transaction, key: key, value: $0, database: values) }
+            }
+        }
+    }
+    return (lmdb, values)
+}
+
+@inline(__always)
+private func decodeTagged(_ bytes: UnsafeRawBufferPointer?) -> Int {
+    guard let bytes, bytes.count == 9 else { return 0 }
+    return Int(Int64(bigEndian: bytes.loadUnaligned(fromByteOffset: 1, as: Int64.self)))
+}
+
 @inline(__always)
 private func decodeRaw(_ bytes: UnsafeRawBufferPointer?) -> Int {
     guard let bytes, bytes.count == 8 else { return 0 }
@@ -85,6 +111,10 @@ private func scattered(_ context: RunContext) throws -> [Measurement] {
         try context.withTemporaryDirectory("scattered-store") { storePath in
             let (lmdb, rawKeys) = try makeRaw(rawPath)
             let (store, keys) = try makeStore(storePath)
+            let namedPath = storePath + "-named"
+            try FileManager.default.createDirectory(atPath: namedPath, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(atPath: namedPath) }
+            let (named, values) = try makeRawNamed(namedPath)
             let wrappers = keys.map { PersistentDefault($0, in: store) }
             let subjects = keys.map { _ in TrackedSubject() }
             var sum = 0
@@ -100,6 +130,11 @@ private func scattered(_ context: RunContext) throws -> [Measurement] {
                         subjects[index % keyCount].access()
                         sum &+= store[keys[index % keyCount]]
                     },
+                    { index in
+                        sum &+= try rawKeys[index % keyCount].withUnsafeBytes {
+                            try named.get(key: $0, database: values, decodeTagged)
+                        }
+                    },
                 ])
             blackHole(sum)
             let prefix = "get/int/1000-keys-scattered/"
@@ -112,6 +147,9 @@ private func scattered(_ context: RunContext) throws -> [Measurement] {
                 Measurement(
                     prefix + "store-subscript-and-registrar-access", samples: samples[3],
                     note: "store[key] and ObservationRegistrar.access on one of 1,000 Observable objects"),
+                Measurement(
+                    prefix + "raw-lmdb-named", samples: samples[4],
+                    note: "raw mdb_get as the store lays the keys out: a named database, 9-byte tagged values"),
             ]
         }
     }
