@@ -16,6 +16,11 @@ import Synchronization
 ///   (``deliverDeferred()``). Called inside it, the handler's own `store[key] = …` threw
 ///   `nestedWrite`, which was reported to the handler inside itself, which wrote again, until
 ///   the stack overflowed;
+/// - inside a read scope of the store (`read { }`): an error reported there (a value that does
+///   not decode read through `snapshot[key]`) waits until the outermost scope on that thread has
+///   ended. Called inside it, the handler held the scope's snapshot: its write could not grow
+///   the map (that waits for every read of this process to end) and failed with `mapFull`, and
+///   after another process grew the map its reads saw the scope's old commit;
 /// - inside itself: an error that the handler's own use of the store causes is passed to it
 ///   after it returns, once; one caused while it handles such an error goes to standard error
 ///   (``PersistentDefaults/Options/printToStandardError``). A handler whose write kept failing
@@ -25,8 +30,8 @@ final class ErrorReporter: Sendable {
     /// The UTF-8 bytes of each reported message: `String` equality would take the message about
     /// an NFD key name for the one about its NFC form.
     private let reported = Locked<Set<[UInt8]>>([])
-    /// Tells whether the reporting thread is inside a write transaction of the store; nil for a
-    /// reporter of no store (tests).
+    /// Tells whether the reporting thread is inside a read scope or write transaction of the
+    /// store; nil for a reporter of no store (tests).
     private let gate: TransactionGate?
     /// The threads that run the handler or have errors waiting for it, by thread.
     private let threads = Locked<[UInt: ThreadReports]>([:])
@@ -44,7 +49,7 @@ final class ErrorReporter: Sendable {
     /// One thread's errors for the handler.
     private struct ThreadReports {
         /// The generation of the error the handler handles on this thread now; 0 when it does
-        /// not run (the errors wait for a write transaction to end).
+        /// not run (the errors wait for a read scope or write transaction to end).
         var handling = 0
         var pending: [Pending] = []
     }
@@ -62,11 +67,11 @@ final class ErrorReporter: Sendable {
     func report(_ error: any Error) {
         let error = error as? PersistentDefaultsError ?? .unknown(description: "\(error)")
         let thread = Self.currentThread
-        let isWriting = gate?.isWritingOnCurrentThread == true
+        let isInScope = gate?.isHeldByCurrentThread == true
         let disposition = threads.withLock { threads -> Disposition in
             if var reports = threads[thread] {
                 // The handler runs on this thread (the error is its doing), or errors wait for
-                // this thread's write transaction to end.
+                // this thread's read scope or write transaction to end.
                 let generation = reports.handling + 1
                 guard generation <= 2 else { return .print }
                 reports.pending.append(Pending(error: error, generation: generation))
@@ -74,7 +79,7 @@ final class ErrorReporter: Sendable {
                 return .wait
             }
             entries.add(1, ordering: .relaxed)
-            if isWriting {
+            if isInScope {
                 threads[thread] = ThreadReports(pending: [Pending(error: error, generation: 1)])
                 return .wait
             }
@@ -97,12 +102,13 @@ final class ErrorReporter: Sendable {
         if isNew { report(error) }
     }
 
-    /// Passes the errors reported inside the calling thread's write transaction, which has
-    /// ended; call after every write transaction, with no lock of the store held. Does nothing
-    /// inside a write transaction (a nested write that failed) or inside the handler (which
+    /// Passes the errors reported inside the calling thread's read scope or write transaction,
+    /// which has ended; call after every read scope and write transaction, with no lock of the
+    /// store held. Does nothing inside a read scope or write transaction (a nested one ended, or
+    /// a write inside `read { }`: the outermost one passes them) or inside the handler (which
     /// passes them when it returns).
     func deliverDeferred() {
-        guard entries.load(ordering: .relaxed) > 0, gate?.isWritingOnCurrentThread != true else { return }
+        guard entries.load(ordering: .relaxed) > 0, gate?.isHeldByCurrentThread != true else { return }
         let thread = Self.currentThread
         let first = threads.withLock { threads -> PersistentDefaultsError? in
             guard var reports = threads[thread], reports.handling == 0, !reports.pending.isEmpty else { return nil }
