@@ -44,6 +44,9 @@ final class ErrorReporter: Sendable {
     private struct Pending {
         var error: PersistentDefaultsError
         var generation: Int
+        /// The message's UTF-8 bytes when ``reportOnce(_:)`` recorded it as reported: forgotten
+        /// again when the error is discarded (``discardReports(since:)``).
+        var onceMessage: [UInt8]?
     }
 
     /// One thread's errors for the handler.
@@ -64,7 +67,10 @@ final class ErrorReporter: Sendable {
         self.gate = gate
     }
 
-    func report(_ error: any Error) {
+    func report(_ error: any Error) { report(error, once: nil) }
+
+    /// `report`; `message` is the error's text when ``reportOnce(_:)`` recorded it as reported.
+    private func report(_ error: any Error, once message: [UInt8]?) {
         let error = error as? PersistentDefaultsError ?? .unknown(description: "\(error)")
         let thread = Self.currentThread
         let isInScope = gate?.isHeldByCurrentThread == true
@@ -74,13 +80,13 @@ final class ErrorReporter: Sendable {
                 // this thread's read scope or write transaction to end.
                 let generation = reports.handling + 1
                 guard generation <= 2 else { return .print }
-                reports.pending.append(Pending(error: error, generation: generation))
+                reports.pending.append(Pending(error: error, generation: generation, onceMessage: message))
                 threads[thread] = reports
                 return .wait
             }
             entries.add(1, ordering: .relaxed)
             if isInScope {
-                threads[thread] = ThreadReports(pending: [Pending(error: error, generation: 1)])
+                threads[thread] = ThreadReports(pending: [Pending(error: error, generation: 1, onceMessage: message)])
                 return .wait
             }
             threads[thread] = ThreadReports(handling: 1)
@@ -94,12 +100,47 @@ final class ErrorReporter: Sendable {
     }
 
     func reportOnce(_ error: any Error) {
-        let text = "\(error)"
+        let message = Array("\(error)".utf8)
         let isNew = reported.withLock { seen in
             guard seen.count < 10_000 else { return false }
-            return seen.insert(Array(text.utf8)).inserted
+            return seen.insert(message).inserted
         }
-        if isNew { report(error) }
+        if isNew { report(error, once: message) }
+    }
+
+    /// How many errors wait for the handler on the calling thread: the mark to pass to
+    /// ``discardReports(since:)``. One relaxed load when no thread has errors waiting.
+    @inline(__always)
+    func pendingMark() -> Int {
+        guard entries.load(ordering: .relaxed) > 0 else { return 0 }
+        let thread = Self.currentThread
+        return threads.withLock { $0[thread]?.pending.count ?? 0 }
+    }
+
+    /// Drops the errors reported on the calling thread since `mark` (``pendingMark()``), which
+    /// wait for a write transaction to end: the run of a write body that reported them was
+    /// aborted, and the body runs again (the map was full and has grown), so the handler hears
+    /// the errors of the run that counts, once. A dropped ``reportOnce(_:)`` message is
+    /// forgotten, so that the next run reports it again.
+    func discardReports(since mark: Int) {
+        guard entries.load(ordering: .relaxed) > 0 else { return }
+        let thread = Self.currentThread
+        let forgotten = threads.withLock { threads -> [[UInt8]] in
+            guard var reports = threads[thread], reports.pending.count > mark else { return [] }
+            let messages = reports.pending[mark...].compactMap(\.onceMessage)
+            reports.pending.removeSubrange(mark...)
+            if reports.handling == 0, reports.pending.isEmpty {
+                threads[thread] = nil
+                entries.subtract(1, ordering: .relaxed)
+            } else {
+                threads[thread] = reports
+            }
+            return messages
+        }
+        guard !forgotten.isEmpty else { return }
+        reported.withLock { seen in
+            for message in forgotten { seen.remove(message) }
+        }
     }
 
     /// Passes the errors reported inside the calling thread's read scope or write transaction,

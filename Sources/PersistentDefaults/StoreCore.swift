@@ -193,7 +193,12 @@ final class StoreCore: Sendable {
     func commit<R>(sizeHint: Int = 0, _ body: (WriteTransaction) throws -> R) throws -> (R, CommitRecord?) {
         var committed: CommitRecord?
         var carried: CommitCache?
+        // `body` runs again when the map had to grow: the errors a run reported go with it.
+        let reportMark = reporter.pendingMark()
+        var runs = 0
         let result = try environment.withWrite(sizeHint: sizeHint) { transaction in
+            runs += 1
+            if runs > 1 { reporter.discardReports(since: reportMark) }
             let id = transaction.id
             let cache = commitCache.withLock { $0 }.flatMap { $0.isValid(inTransaction: id) ? $0 : nil }
             let writer = WriteTransaction(core: self, transaction: transaction, cache: cache)

@@ -176,4 +176,35 @@ import Testing
             }
         }
     }
+
+    /// A write body that stores 1 MiB in a 64 KiB map runs twice: the first run finds the map
+    /// full and is aborted, the map grows, and the body runs again and commits. The errors the
+    /// first run reported (a value that does not decode, a nested `store[key] = …` that threw
+    /// `nestedWrite`) went with it; the handler hears each error of the committed run once. Before
+    /// the fix it heard `nestedWrite` twice (3 of 3 runs: decodingFailed, nestedWrite,
+    /// nestedWrite).
+    @Test func aWriteBodyRunAgainAfterTheMapGrewReportsItsErrorsOnce() throws {
+        try withTemporaryDirectory { path throws in
+            let big = Data(repeating: 7, count: 1 << 20)
+            let handler = Handler { _, _ in }
+            try withStore(at: path, handler, options: Self.smallMap) { store in
+                try store.setStoredValue(.string("not a number"), named: "broken")
+                let runs = Counter()
+                try store.write { tx in
+                    runs.increment()
+                    #expect(tx[Self.broken] == -1)  // does not decode: reported
+                    store[Self.other] = 1  // a nested write: `nestedWrite`, reported
+                    tx[Self.blob] = big  // the map is full: the body runs again
+                }
+                #expect(runs.value == 2)
+                let calls = handler.calls.withLock { $0 }
+                #expect(calls.count == 2, "\(calls.map(\.error))")
+                #expect(calls.first.map { Self.isDecodingFailure($0.error, of: "broken") } == true)
+                #expect(calls.last?.error == .nestedWrite, "\(calls.map(\.error))")
+                #expect(calls.allSatisfy { !$0.insideScope && $0.depth == 1 })
+                #expect(try store.value(for: Self.blob) == big)
+                #expect(store[Self.other] == 0)
+            }
+        }
+    }
 }
