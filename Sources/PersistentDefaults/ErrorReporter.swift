@@ -25,10 +25,15 @@ import Synchronization
 ///   after it returns, once; one caused while it handles such an error goes to standard error
 ///   (``PersistentDefaults/Options/printToStandardError``). A handler whose write kept failing
 ///   (a full disk, a value over the size limit, a read-only store) recursed without end.
+///
+/// A decoding failure counts as reported once it has reached the handler or waits for it; one
+/// that went to standard error does not, so the next time it is met it reaches the handler
+/// (counted, it never did: the app's own later reads of the key were silent).
 final class ErrorReporter: Sendable {
     private let handler: @Sendable (PersistentDefaultsError) -> Void
-    /// The UTF-8 bytes of each reported message: `String` equality would take the message about
-    /// an NFD key name for the one about its NFC form.
+    /// The UTF-8 bytes of each message ``reportOnce(_:)`` passed to the handler or queued for it:
+    /// `String` equality would take the message about an NFD key name for the one about its NFC
+    /// form. Taken inside `threads`' lock, never the other way round.
     private let reported = Locked<Set<[UInt8]>>([])
     /// Tells whether the reporting thread is inside a read scope or write transaction of the
     /// store; nil for a reporter of no store (tests).
@@ -60,6 +65,8 @@ final class ErrorReporter: Sendable {
     /// What `report` does with an error.
     private enum Disposition {
         case call, wait, print
+        /// Reported once already (``reportOnce(_:)``): nothing to do.
+        case drop
     }
 
     init(handler: @escaping @Sendable (PersistentDefaultsError) -> Void, gate: TransactionGate? = nil) {
@@ -69,7 +76,9 @@ final class ErrorReporter: Sendable {
 
     func report(_ error: any Error) { report(error, once: nil) }
 
-    /// `report`; `message` is the error's text when ``reportOnce(_:)`` recorded it as reported.
+    /// `report`; `message` is the error's text for ``reportOnce(_:)``, which passes only an error
+    /// whose message was not reported yet, and records it as reported unless it goes to
+    /// standard error.
     private func report(_ error: any Error, once message: [UInt8]?) {
         let error = error as? PersistentDefaultsError ?? .unknown(description: "\(error)")
         let thread = Self.currentThread
@@ -79,11 +88,16 @@ final class ErrorReporter: Sendable {
                 // The handler runs on this thread (the error is its doing), or errors wait for
                 // this thread's read scope or write transaction to end.
                 let generation = reports.handling + 1
-                guard generation <= 2 else { return .print }
+                // Standard error: not recorded as reported (see the type's comment).
+                guard generation <= 2 else {
+                    return message.map { isNew($0, recording: false) } == false ? .drop : .print
+                }
+                if let message, !isNew(message, recording: true) { return .drop }
                 reports.pending.append(Pending(error: error, generation: generation, onceMessage: message))
                 threads[thread] = reports
                 return .wait
             }
+            if let message, !isNew(message, recording: true) { return .drop }
             entries.add(1, ordering: .relaxed)
             if isInScope {
                 threads[thread] = ThreadReports(pending: [Pending(error: error, generation: 1, onceMessage: message)])
@@ -96,17 +110,22 @@ final class ErrorReporter: Sendable {
         case .call: callHandler(with: error, on: thread)
         case .wait: break
         case .print: PersistentDefaults.Options.printToStandardError(error)
+        case .drop: break
         }
     }
 
-    func reportOnce(_ error: any Error) {
-        let message = Array("\(error)".utf8)
-        let isNew = reported.withLock { seen in
-            guard seen.count < 10_000 else { return false }
-            return seen.insert(message).inserted
+    /// Whether `message` was not reported yet, recording it as reported when `recording`; false
+    /// also once 10,000 messages are (the set stays bounded: past that, decoding failures are no
+    /// longer reported).
+    private func isNew(_ message: [UInt8], recording: Bool) -> Bool {
+        reported.withLock { seen in
+            guard seen.count < 10_000, !seen.contains(message) else { return false }
+            if recording { seen.insert(message) }
+            return true
         }
-        if isNew { report(error, once: message) }
     }
+
+    func reportOnce(_ error: any Error) { report(error, once: Array("\(error)".utf8)) }
 
     /// How many errors wait for the handler on the calling thread: the mark to pass to
     /// ``discardReports(since:)``. One relaxed load when no thread has errors waiting.

@@ -207,4 +207,38 @@ import Testing
             }
         }
     }
+
+    /// An error that the handler's own use of the store causes while it handles an error it
+    /// caused itself goes to standard error, not to the handler; a value that does not decode
+    /// met there counted as reported all the same, so the handler was never told of it when the
+    /// app read it later (before the fix, 3 of 3 runs: 2 calls, the later read's decoding failure
+    /// of `second` never passed). Here the handler reads `first` for a failed write and `second`
+    /// for a decoding failure of `first`; both do not decode.
+    @Test func anErrorSentToStandardErrorIsReportedWhenTheAppMeetsItLater() throws {
+        try withTemporaryDirectory { path throws in
+            let first = PersistentDefaults.Key<Int>("first", default: 0)
+            let second = PersistentDefaults.Key<Int>("second", default: 0)
+            let big = PersistentDefaults.Key<String>("big", default: "")
+            let handler = Handler { store, error in
+                if case .valueTooLarge = error { _ = store[first] }
+                if Self.isDecodingFailure(error, of: "first") { _ = store[second] }
+            }
+            var options = PersistentDefaults.Options()
+            options.maxValueSize = 16
+            try withStore(at: path, handler, options: options) { store in
+                try store.setStoredValue(.string("x"), named: "first")
+                try store.setStoredValue(.string("y"), named: "second")
+                store[big] = String(repeating: "z", count: 50)  // too large: reported
+                var calls = handler.calls.withLock { $0 }
+                #expect(calls.count == 2, "\(calls.map(\.error))")
+                #expect(calls.last.map { Self.isDecodingFailure($0.error, of: "first") } == true)
+                #expect(store[second] == 0)  // the app's own read: does not decode
+                calls = handler.calls.withLock { $0 }
+                #expect(calls.count == 3, "\(calls.map(\.error))")
+                #expect(calls.last.map { Self.isDecodingFailure($0.error, of: "second") && $0.depth == 1 } == true)
+                #expect(store[second] == 0)  // once per key and reason
+                #expect(handler.calls.withLock { $0.count } == 3)
+            }
+        }
+    }
 }
