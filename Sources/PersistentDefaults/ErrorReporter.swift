@@ -40,8 +40,9 @@ final class ErrorReporter: Sendable {
     private let gate: TransactionGate?
     /// The threads that run the handler or have errors waiting for it, by thread.
     private let threads = Locked<[UInt: ThreadReports]>([:])
-    /// How many entries `threads` has: ``deliverDeferred()``, called after every write, reads
-    /// only this when it is 0. A thread sees its own entry's count without a lock: it made it.
+    /// How many entries `threads` has: ``deliverDeferred()``, called after every write and read
+    /// scope, and ``pendingMark()``, called before every write, read only this when it is 0. A
+    /// thread sees its own entry's count without a lock: it made it.
     private let entries = Atomic<Int>(0)
 
     /// An error for the handler and how far it is from the user's own call: 1 for an error of
