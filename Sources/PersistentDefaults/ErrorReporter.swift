@@ -16,22 +16,33 @@ import Synchronization
 ///   (``deliverDeferred()``). Called inside it, the handler's own `store[key] = …` threw
 ///   `nestedWrite`, which was reported to the handler inside itself, which wrote again, until
 ///   the stack overflowed;
+/// - inside a read scope of the store (`read { }`): an error reported there (a value that does
+///   not decode read through `snapshot[key]`) waits until the outermost scope on that thread has
+///   ended. Called inside it, the handler held the scope's snapshot: its write could not grow
+///   the map (that waits for every read of this process to end) and failed with `mapFull`, and
+///   after another process grew the map its reads saw the scope's old commit;
 /// - inside itself: an error that the handler's own use of the store causes is passed to it
 ///   after it returns, once; one caused while it handles such an error goes to standard error
 ///   (``PersistentDefaults/Options/printToStandardError``). A handler whose write kept failing
 ///   (a full disk, a value over the size limit, a read-only store) recursed without end.
+///
+/// A decoding failure counts as reported once it has reached the handler or waits for it; one
+/// that went to standard error does not, so the next time it is met it reaches the handler
+/// (counted, it never did: the app's own later reads of the key were silent).
 final class ErrorReporter: Sendable {
     private let handler: @Sendable (PersistentDefaultsError) -> Void
-    /// The UTF-8 bytes of each reported message: `String` equality would take the message about
-    /// an NFD key name for the one about its NFC form.
+    /// The UTF-8 bytes of each message ``reportOnce(_:)`` passed to the handler or queued for it:
+    /// `String` equality would take the message about an NFD key name for the one about its NFC
+    /// form. Taken inside `threads`' lock, never the other way round.
     private let reported = Locked<Set<[UInt8]>>([])
-    /// Tells whether the reporting thread is inside a write transaction of the store; nil for a
-    /// reporter of no store (tests).
+    /// Tells whether the reporting thread is inside a read scope or write transaction of the
+    /// store; nil for a reporter of no store (tests).
     private let gate: TransactionGate?
     /// The threads that run the handler or have errors waiting for it, by thread.
     private let threads = Locked<[UInt: ThreadReports]>([:])
-    /// How many entries `threads` has: ``deliverDeferred()``, called after every write, reads
-    /// only this when it is 0. A thread sees its own entry's count without a lock: it made it.
+    /// How many entries `threads` has: ``deliverDeferred()``, called after every write and read
+    /// scope, and ``pendingMark()``, called before every write, read only this when it is 0. A
+    /// thread sees its own entry's count without a lock: it made it.
     private let entries = Atomic<Int>(0)
 
     /// An error for the handler and how far it is from the user's own call: 1 for an error of
@@ -39,12 +50,15 @@ final class ErrorReporter: Sendable {
     private struct Pending {
         var error: PersistentDefaultsError
         var generation: Int
+        /// The message's UTF-8 bytes when ``reportOnce(_:)`` recorded it as reported: forgotten
+        /// again when the error is discarded (``discardReports(since:)``).
+        var onceMessage: [UInt8]?
     }
 
     /// One thread's errors for the handler.
     private struct ThreadReports {
         /// The generation of the error the handler handles on this thread now; 0 when it does
-        /// not run (the errors wait for a write transaction to end).
+        /// not run (the errors wait for a read scope or write transaction to end).
         var handling = 0
         var pending: [Pending] = []
     }
@@ -52,6 +66,8 @@ final class ErrorReporter: Sendable {
     /// What `report` does with an error.
     private enum Disposition {
         case call, wait, print
+        /// Reported once already (``reportOnce(_:)``): nothing to do.
+        case drop
     }
 
     init(handler: @escaping @Sendable (PersistentDefaultsError) -> Void, gate: TransactionGate? = nil) {
@@ -59,23 +75,33 @@ final class ErrorReporter: Sendable {
         self.gate = gate
     }
 
-    func report(_ error: any Error) {
+    func report(_ error: any Error) { report(error, once: nil) }
+
+    /// `report`; `message` is the error's text for ``reportOnce(_:)``, which passes only an error
+    /// whose message was not reported yet, and records it as reported unless it goes to
+    /// standard error.
+    private func report(_ error: any Error, once message: [UInt8]?) {
         let error = error as? PersistentDefaultsError ?? .unknown(description: "\(error)")
         let thread = Self.currentThread
-        let isWriting = gate?.isWritingOnCurrentThread == true
+        let isInScope = gate?.isHeldByCurrentThread == true
         let disposition = threads.withLock { threads -> Disposition in
             if var reports = threads[thread] {
                 // The handler runs on this thread (the error is its doing), or errors wait for
-                // this thread's write transaction to end.
+                // this thread's read scope or write transaction to end.
                 let generation = reports.handling + 1
-                guard generation <= 2 else { return .print }
-                reports.pending.append(Pending(error: error, generation: generation))
+                // Standard error: not recorded as reported (see the type's comment).
+                guard generation <= 2 else {
+                    return message.map { isNew($0, recording: false) } == false ? .drop : .print
+                }
+                if let message, !isNew(message, recording: true) { return .drop }
+                reports.pending.append(Pending(error: error, generation: generation, onceMessage: message))
                 threads[thread] = reports
                 return .wait
             }
+            if let message, !isNew(message, recording: true) { return .drop }
             entries.add(1, ordering: .relaxed)
-            if isWriting {
-                threads[thread] = ThreadReports(pending: [Pending(error: error, generation: 1)])
+            if isInScope {
+                threads[thread] = ThreadReports(pending: [Pending(error: error, generation: 1, onceMessage: message)])
                 return .wait
             }
             threads[thread] = ThreadReports(handling: 1)
@@ -85,24 +111,65 @@ final class ErrorReporter: Sendable {
         case .call: callHandler(with: error, on: thread)
         case .wait: break
         case .print: PersistentDefaults.Options.printToStandardError(error)
+        case .drop: break
         }
     }
 
-    func reportOnce(_ error: any Error) {
-        let text = "\(error)"
-        let isNew = reported.withLock { seen in
-            guard seen.count < 10_000 else { return false }
-            return seen.insert(Array(text.utf8)).inserted
+    /// Whether `message` was not reported yet, recording it as reported when `recording`; false
+    /// also once 10,000 messages are (the set stays bounded: past that, decoding failures are no
+    /// longer reported).
+    private func isNew(_ message: [UInt8], recording: Bool) -> Bool {
+        reported.withLock { seen in
+            guard seen.count < 10_000, !seen.contains(message) else { return false }
+            if recording { seen.insert(message) }
+            return true
         }
-        if isNew { report(error) }
     }
 
-    /// Passes the errors reported inside the calling thread's write transaction, which has
-    /// ended; call after every write transaction, with no lock of the store held. Does nothing
-    /// inside a write transaction (a nested write that failed) or inside the handler (which
+    func reportOnce(_ error: any Error) { report(error, once: Array("\(error)".utf8)) }
+
+    /// How many errors wait for the handler on the calling thread: the mark to pass to
+    /// ``discardReports(since:)``. One relaxed load when no thread has errors waiting.
+    @inline(__always)
+    func pendingMark() -> Int {
+        guard entries.load(ordering: .relaxed) > 0 else { return 0 }
+        let thread = Self.currentThread
+        return threads.withLock { $0[thread]?.pending.count ?? 0 }
+    }
+
+    /// Drops the errors reported on the calling thread since `mark` (``pendingMark()``), which
+    /// wait for a write transaction to end: the run of a write body that reported them was
+    /// aborted, and the body runs again (the map was full and has grown), so the handler hears
+    /// the errors of the run that counts, once. A dropped ``reportOnce(_:)`` message is
+    /// forgotten, so that the next run reports it again.
+    func discardReports(since mark: Int) {
+        guard entries.load(ordering: .relaxed) > 0 else { return }
+        let thread = Self.currentThread
+        let forgotten = threads.withLock { threads -> [[UInt8]] in
+            guard var reports = threads[thread], reports.pending.count > mark else { return [] }
+            let messages = reports.pending[mark...].compactMap(\.onceMessage)
+            reports.pending.removeSubrange(mark...)
+            if reports.handling == 0, reports.pending.isEmpty {
+                threads[thread] = nil
+                entries.subtract(1, ordering: .relaxed)
+            } else {
+                threads[thread] = reports
+            }
+            return messages
+        }
+        guard !forgotten.isEmpty else { return }
+        reported.withLock { seen in
+            for message in forgotten { seen.remove(message) }
+        }
+    }
+
+    /// Passes the errors reported inside the calling thread's read scope or write transaction,
+    /// which has ended; call after every read scope and write transaction, with no lock of the
+    /// store held. Does nothing inside a read scope or write transaction (a nested one ended, or
+    /// a write inside `read { }`: the outermost one passes them) or inside the handler (which
     /// passes them when it returns).
     func deliverDeferred() {
-        guard entries.load(ordering: .relaxed) > 0, gate?.isWritingOnCurrentThread != true else { return }
+        guard entries.load(ordering: .relaxed) > 0, gate?.isHeldByCurrentThread != true else { return }
         let thread = Self.currentThread
         let first = threads.withLock { threads -> PersistentDefaultsError? in
             guard var reports = threads[thread], reports.handling == 0, !reports.pending.isEmpty else { return nil }

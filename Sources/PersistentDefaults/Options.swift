@@ -78,10 +78,13 @@ extension PersistentDefaults {
         /// the handler may open, use or release stores, this one included). Default: one line on
         /// standard error.
         ///
-        /// Called on the thread that met the error, but never inside a write transaction of the
-        /// store: an error met inside `write { }` (a value read through `tx[key]` that does not
-        /// decode, a failed `store[key] = …`) is passed once the transaction has ended, committed
-        /// or not, so the handler may write the store, also through the subscript. Nor is it
+        /// Called on the thread that met the error, but never inside a write transaction or read
+        /// scope of the store: an error met inside `write { }` (a value read through `tx[key]`
+        /// that does not decode, a failed `store[key] = …`) is passed once the transaction has
+        /// ended, committed or not, and one met inside `read { }` (a value read through
+        /// `snapshot[key]` that does not decode) once the outermost scope has ended, so the
+        /// handler may write the store, also through the subscript, and reads the newest commit
+        /// (inside a scope, a write could not grow the map). Nor is it
         /// called inside itself: an error that its own use of the store causes on its thread is
         /// passed to it after it returns, once; one caused while it handles such an error is
         /// written to standard error instead (``printToStandardError``), so a handler whose

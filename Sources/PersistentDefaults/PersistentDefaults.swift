@@ -160,7 +160,10 @@ public final class PersistentDefaults: Sendable {
     /// the map meanwhile, that thread waits for `body` to end. Reads in `body` that do not go
     /// through the snapshot then see the snapshot's commit (<doc:TransactionsAndSnapshots>).
     public func read<R>(_ body: (Snapshot) throws -> R) throws -> R {
-        try core.environment.withRead(runsUserCode: true) { transaction in
+        // Errors reported inside the scope reach the handler now that it has ended (see
+        // `ErrorReporter`).
+        defer { core.reporter.deliverDeferred() }
+        return try core.environment.withRead(runsUserCode: true) { transaction in
             let snapshot = Snapshot(core: core, transaction: transaction)
             defer { snapshot.invalidate() }
             return try body(snapshot)

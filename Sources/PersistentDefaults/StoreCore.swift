@@ -71,18 +71,27 @@ final class StoreCore: Sendable {
         }
     }
 
-    /// Flushes and closes; the last handle of the path calls this.
-    func close() {
-        // The observations are cancelled after the table's lock, as a tracker's release does.
+    /// Flushes and closes; the last handle's release calls this under the store registry's
+    /// lock, which keeps an open of the same store out until the environment is closed.
+    ///
+    /// Returns what the caller runs once it has let go of that lock: cancelling the wrappers'
+    /// observations and ending the `updates` streams. Ending a stream runs its termination
+    /// handler, which cancels its observer and lets go of what that holds — the key, its default,
+    /// user values whose `deinit` may open or close stores (the registry's lock: under it, that
+    /// waited for its own thread for ever) or do anything else.
+    func close() -> () -> Void {
         let tracked = trackedNames.withLock { names in
             defer { names = [:] }
             return names
         }
-        for entry in tracked.values { entry.observation.stop() }
-        observers.close()
+        let streamEnds = observers.close()
         flusher?.stop()
         environment.close()
         if isTemporary { TemporaryStores.remove(path) }
+        return {
+            for entry in tracked.values { entry.observation.stop() }
+            for end in streamEnds { end() }
+        }
     }
 
     private static func openDatabases(_ environment: Environment, path: String, readOnly: Bool, creating: Bool) throws
@@ -193,7 +202,12 @@ final class StoreCore: Sendable {
     func commit<R>(sizeHint: Int = 0, _ body: (WriteTransaction) throws -> R) throws -> (R, CommitRecord?) {
         var committed: CommitRecord?
         var carried: CommitCache?
+        // `body` runs again when the map had to grow: the errors a run reported go with it.
+        let reportMark = reporter.pendingMark()
+        var runs = 0
         let result = try environment.withWrite(sizeHint: sizeHint) { transaction in
+            runs += 1
+            if runs > 1 { reporter.discardReports(since: reportMark) }
             let id = transaction.id
             let cache = commitCache.withLock { $0 }.flatMap { $0.isValid(inTransaction: id) ? $0 : nil }
             let writer = WriteTransaction(core: self, transaction: transaction, cache: cache)

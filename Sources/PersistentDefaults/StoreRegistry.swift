@@ -49,17 +49,21 @@ enum StoreRegistry {
         }
     }
 
+    /// Gives back a handle of `core`; the last one closes the store. The close runs under the
+    /// lock (an open of the same store waits for it), but what it leaves — ending the store's
+    /// `updates` streams, which releases user values and may run their `deinit` — runs after it.
     static func release(_ core: StoreCore) {
-        stores.withLock { stores in
+        let afterClose = stores.withLock { stores -> (() -> Void)? in
             let file = core.environment.dataFile
-            guard var entry = stores[file], entry.core === core else { return }
+            guard var entry = stores[file], entry.core === core else { return nil }
             entry.handles -= 1
             if entry.handles > 0 {
                 stores[file] = entry
-            } else {
-                stores[file] = nil
-                core.close()
+                return nil
             }
+            stores[file] = nil
+            return core.close()
         }
+        afterClose?()
     }
 }

@@ -5,14 +5,16 @@ import Testing
 
 @testable import PersistentDefaults
 
-/// An error handler that uses the store it is told about: it runs outside the store's locks and
-/// write transaction, and is never called again inside itself on its thread.
+/// An error handler that uses the store it is told about: it runs outside the store's locks, write
+/// transactions and read scopes, and is never called again inside itself on its thread.
 @Suite(.serialized) struct ErrorHandlerReentryTests {
     /// One call of the handler: the error, whether it ran inside a write transaction of the
-    /// store, and how many calls of the handler were under way on its thread, itself included.
+    /// store, whether inside any read scope or write transaction of it, and how many calls of the
+    /// handler were under way on its thread, itself included.
     private struct Call: Sendable {
         var error: PersistentDefaultsError
         var insideWrite: Bool
+        var insideScope: Bool
         var depth: Int
     }
 
@@ -32,8 +34,10 @@ import Testing
             let level = depth.add(1, ordering: .relaxed).newValue
             defer { depth.subtract(1, ordering: .relaxed) }
             guard let store = store.withLock({ $0 }) else { return }
+            let gate = store.core.environment.gate
             let call = Call(
-                error: error, insideWrite: store.core.environment.gate.isWritingOnCurrentThread, depth: level)
+                error: error, insideWrite: gate.isWritingOnCurrentThread, insideScope: gate.isHeldByCurrentThread,
+                depth: level)
             calls.withLock { $0.append(call) }
             if level < 10 { action(store, error) }
         }
@@ -43,9 +47,9 @@ import Testing
     /// them (the store holds the handler, which holds the store) when `body` returns.
     private func withStore(
         at path: String, _ handler: Handler, durability: PersistentDefaults.Durability = .sync,
-        _ body: (PersistentDefaults) throws -> Void
+        options: PersistentDefaults.Options = .init(), _ body: (PersistentDefaults) throws -> Void
     ) throws {
-        var options = PersistentDefaults.Options()
+        var options = options
         options.durability = durability
         options.errorHandler = { handler.handle($0) }
         let store = try PersistentDefaults(path: path, options: options)
@@ -57,6 +61,19 @@ import Testing
     private static let broken = PersistentDefaults.Key<Int>("broken", default: -1)
     private static let errorCount = PersistentDefaults.Key<Int>("errorCount", default: 0)
     private static let other = PersistentDefaults.Key<Int>("other", default: 0)
+    private static let blob = PersistentDefaults.Key<Data>("blob", default: Data())
+
+    /// A store whose map (64 KiB) must grow for a write of 1 MiB.
+    private static var smallMap: PersistentDefaults.Options {
+        var options = PersistentDefaults.Options()
+        options.initialMapSize = 64 << 10
+        return options
+    }
+
+    /// Whether `error` is a decoding failure of the key named `name`.
+    private static func isDecodingFailure(_ error: PersistentDefaultsError, of name: String) -> Bool {
+        if case .decodingFailed(key: name, _, _) = error { true } else { false }
+    }
 
     /// A value that does not decode, read inside `write { }`, is reported; the handler counts it
     /// in the store through the non-throwing subscript. It ran inside the transaction, where that
@@ -121,6 +138,107 @@ import Testing
                 calls.allSatisfy { if case .valueTooLarge(key: "big", _, limit: 16) = $0.error { true } else { false } }
             )
             #expect(try store.contains(big) == false)
+        }
+    }
+
+    /// A value that does not decode, read through the snapshot of `read { }`, is reported; the
+    /// handler then stores 1 MiB, which needs the map to grow. It ran inside the read scope,
+    /// where a write cannot grow the map (that waits for every read of this process to end, the
+    /// scope's own included): its write failed with `mapFull`, which was passed to it in turn,
+    /// and the value was never stored (failed 3 of 3 runs before the fix: the calls were the
+    /// decoding failure and `mapFull`, both inside the scope, and `blob` stayed empty). After
+    /// another process grew the map, the handler's reads there saw the scope's old snapshot too.
+    @Test func aHandlerRunsAfterTheReadScopeInWhichTheErrorWasReported() throws {
+        try withTemporaryDirectory { path throws in
+            let big = Data(repeating: 7, count: 1 << 20)
+            let handler = Handler { store, error in
+                if Self.isDecodingFailure(error, of: "broken") { store[Self.blob] = big }
+            }
+            try withStore(at: path, handler, options: Self.smallMap) { store in
+                try store.setStoredValue(.string("not a number"), named: "broken")
+                let outcome = Guarded<String>("")
+                let returned = returns {
+                    do {
+                        let read = try store.read { snapshot in snapshot[Self.broken] }
+                        outcome.withLock { $0 = "read \(read)" }
+                    } catch {
+                        outcome.withLock { $0 = "\(error)" }
+                    }
+                }
+                #expect(returned, "the read deadlocked")
+                guard returned else { return }
+                #expect(outcome.withLock { $0 } == "read -1")
+                let calls = handler.calls.withLock { $0 }
+                #expect(calls.count == 1, "\(calls.map(\.error))")
+                #expect(calls.allSatisfy { !$0.insideScope && $0.depth == 1 }, "\(calls)")
+                #expect(calls.allSatisfy { Self.isDecodingFailure($0.error, of: "broken") })
+                #expect(try store.value(for: Self.blob) == big)
+            }
+        }
+    }
+
+    /// A write body that stores 1 MiB in a 64 KiB map runs twice: the first run finds the map
+    /// full and is aborted, the map grows, and the body runs again and commits. The errors the
+    /// first run reported (a value that does not decode, a nested `store[key] = …` that threw
+    /// `nestedWrite`) went with it; the handler hears each error of the committed run once. Before
+    /// the fix it heard `nestedWrite` twice (3 of 3 runs: decodingFailed, nestedWrite,
+    /// nestedWrite).
+    @Test func aWriteBodyRunAgainAfterTheMapGrewReportsItsErrorsOnce() throws {
+        try withTemporaryDirectory { path throws in
+            let big = Data(repeating: 7, count: 1 << 20)
+            let handler = Handler { _, _ in }
+            try withStore(at: path, handler, options: Self.smallMap) { store in
+                try store.setStoredValue(.string("not a number"), named: "broken")
+                let runs = Counter()
+                try store.write { tx in
+                    runs.increment()
+                    #expect(tx[Self.broken] == -1)  // does not decode: reported
+                    store[Self.other] = 1  // a nested write: `nestedWrite`, reported
+                    tx[Self.blob] = big  // the map is full: the body runs again
+                }
+                #expect(runs.value == 2)
+                let calls = handler.calls.withLock { $0 }
+                #expect(calls.count == 2, "\(calls.map(\.error))")
+                #expect(calls.first.map { Self.isDecodingFailure($0.error, of: "broken") } == true)
+                #expect(calls.last?.error == .nestedWrite, "\(calls.map(\.error))")
+                #expect(calls.allSatisfy { !$0.insideScope && $0.depth == 1 })
+                #expect(try store.value(for: Self.blob) == big)
+                #expect(store[Self.other] == 0)
+            }
+        }
+    }
+
+    /// An error that the handler's own use of the store causes while it handles an error it
+    /// caused itself goes to standard error, not to the handler; a value that does not decode
+    /// met there counted as reported all the same, so the handler was never told of it when the
+    /// app read it later (before the fix, 3 of 3 runs: 2 calls, the later read's decoding failure
+    /// of `second` never passed). Here the handler reads `first` for a failed write and `second`
+    /// for a decoding failure of `first`; both do not decode.
+    @Test func anErrorSentToStandardErrorIsReportedWhenTheAppMeetsItLater() throws {
+        try withTemporaryDirectory { path throws in
+            let first = PersistentDefaults.Key<Int>("first", default: 0)
+            let second = PersistentDefaults.Key<Int>("second", default: 0)
+            let big = PersistentDefaults.Key<String>("big", default: "")
+            let handler = Handler { store, error in
+                if case .valueTooLarge = error { _ = store[first] }
+                if Self.isDecodingFailure(error, of: "first") { _ = store[second] }
+            }
+            var options = PersistentDefaults.Options()
+            options.maxValueSize = 16
+            try withStore(at: path, handler, options: options) { store in
+                try store.setStoredValue(.string("x"), named: "first")
+                try store.setStoredValue(.string("y"), named: "second")
+                store[big] = String(repeating: "z", count: 50)  // too large: reported
+                var calls = handler.calls.withLock { $0 }
+                #expect(calls.count == 2, "\(calls.map(\.error))")
+                #expect(calls.last.map { Self.isDecodingFailure($0.error, of: "first") } == true)
+                #expect(store[second] == 0)  // the app's own read: does not decode
+                calls = handler.calls.withLock { $0 }
+                #expect(calls.count == 3, "\(calls.map(\.error))")
+                #expect(calls.last.map { Self.isDecodingFailure($0.error, of: "second") && $0.depth == 1 } == true)
+                #expect(store[second] == 0)  // once per key and reason
+                #expect(handler.calls.withLock { $0.count } == 3)
+            }
         }
     }
 }

@@ -233,6 +233,53 @@ extension StoreLifecycleTests {
         }
     }
 
+    /// The last handle's release ends the store's `updates` streams: each stream's end cancels its
+    /// observer, which lets go of the key and whatever it holds — user code (here the key's
+    /// default, a class instance whose `deinit` opens and closes another store). That ran under
+    /// the lock that every open and close in the process takes, so the `deinit`'s open waited for
+    /// its own thread's lock for ever (before the fix, 3 of 3 runs: the release did not return
+    /// within 5 s). The streams end, and a `for await` loop that ends with them opens a store too.
+    @Test func closingAStoreEndsItsStreamsAfterTheRegistryLock() async throws {
+        try await withTemporaryDirectoryAsync { base in
+            let other = base + "/other"
+            let released = Events<Bool>()
+            let holder = Guarded<PersistentDefaults?>(nil)
+            let (markers, counts) = try { () throws -> (AsyncStream<Marker>, AsyncStream<Int>) in
+                let store = try PersistentDefaults(path: base + "/store")
+                // Stored, so that the stream's first value is a decoded instance, not the default.
+                try store.set(Marker(number: 1), for: PersistentDefaults.Key("marker", default: Marker(number: 0)))
+                holder.withLock { $0 = store }
+                // The key lives only in the stream's observer: the default goes when the observer does.
+                let markers = store.updates(
+                    for: PersistentDefaults.Key<Marker>(
+                        "marker",
+                        default: Marker(number: 0) {
+                            released.append((try? PersistentDefaults(path: other)) != nil)
+                        }))
+                return (markers, store.updates(for: Self.counter))
+            }()
+            let closed = returns(within: 5) {
+                let last = holder.withLock { handle in
+                    defer { handle = nil }
+                    return handle
+                }
+                withExtendedLifetime(last) {}
+            }
+            #expect(closed, "the release of the last handle deadlocked")
+            guard closed else { return }
+            // The default went on the releasing thread, before the release returned.
+            #expect(released.all == [true])
+            var numbers: [Int] = []
+            for await marker in markers { numbers.append(marker.number) }
+            #expect(numbers == [1])
+            var counted: [Int] = []
+            for await count in counts { counted.append(count) }
+            #expect(counted == [0])
+            // The loops ended with the store: open another one.
+            #expect((try? PersistentDefaults(path: other)) != nil)
+        }
+    }
+
     /// Opens refused for what the directory holds (another LMDB environment, a newer format, an
     /// empty environment that may not be created, random bytes, a full reader table for a
     /// read-only open), made again and again while another thread writes and reads another
@@ -488,4 +535,30 @@ extension PersistentDefaultsError {
     fileprivate var isDecodingFailure: Bool {
         if case .decodingFailed = self { true } else { false }
     }
+}
+
+/// A value whose instance made with `onRelease` runs it when it is freed: user code that the
+/// library runs when it lets go of a key's default. Decoded instances run nothing.
+private final class Marker: Codable, Sendable {
+    let number: Int
+    private let onRelease: (@Sendable () -> Void)?
+
+    init(number: Int, onRelease: (@Sendable () -> Void)? = nil) {
+        self.number = number
+        self.onRelease = onRelease
+    }
+
+    private enum CodingKeys: CodingKey { case number }
+
+    init(from decoder: any Decoder) throws {
+        number = try decoder.container(keyedBy: CodingKeys.self).decode(Int.self, forKey: .number)
+        onRelease = nil
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(number, forKey: .number)
+    }
+
+    deinit { onRelease?() }
 }

@@ -411,8 +411,10 @@ final class ObserverRegistry: Sendable {
 
     private var waiterIfClaimed: WakeChannel.Waiter? { claimedWaiter.withLock { $0 } }
 
-    /// Stops the watcher for good and runs the close actions (`onClose`); the store is closing.
-    func close() {
+    /// Stops the watcher for good and returns the close actions (`onClose`), for the caller to
+    /// run once it holds no lock (an action finishes a stream, whose termination cancels
+    /// observers and releases what they hold); the store is closing.
+    func close() -> [@Sendable () -> Void] {
         let (stopped, actions) = state.withLock { state in
             state.isClosed = true
             defer {
@@ -424,8 +426,7 @@ final class ObserverRegistry: Sendable {
         stopped?.stop()
         // The slot is freed when the watcher's thread lets go of it too.
         claimedWaiter.withLock { $0 = nil }
-        // With no lock held: an action finishes a stream, whose termination cancels observers.
-        for action in actions { action() }
+        return actions
     }
 
     /// Runs `action` once when the store closes (at once when it is closed already), unless
