@@ -29,6 +29,18 @@ func computeRatios(_ rows: [Measurement]) -> [Ratio] {
         ratios.append(
             Ratio(name: name, target: target, measured: format(value, decimals: 2) + "× " + describe, verdict: verdict))
     }
+    /// The two lines of a floor measured in the same run: the floor over raw LMDB, and the store
+    /// over its floor (its Swift side). `names` are the two lines' names after `subject`.
+    func floorRatios(
+        _ subject: String, names: (floor: String, swiftSide: String), store: String, floor: String, raw: String
+    ) {
+        ratio(
+            "\(subject): \(names.floor), the floor", target: "none", p50(floor), p50(raw), describe: "(p50)", met: nil)
+        ratio(
+            "\(subject): \(names.swiftSide) (the Swift side)", target: "none", p50(store), p50(floor),
+            describe: "(p50)",
+            met: nil)
+    }
     func overhead(_ name: String, _ typed: String, _ raw: String) {
         guard let typed = p50(typed), let raw = p50(raw) else {
             ratios.append(Ratio(name: name, target: "< 1 µs", measured: "-", verdict: "NOT MEASURED"))
@@ -98,14 +110,11 @@ func computeRatios(_ rows: [Measurement]) -> [Ratio] {
         "bounded set (int), interleaved: store bounded / raw LMDB MDB_NOSYNC", target: "≤ 1.2×",
         p50("set/int/bounded-interleaved/store-bounded"), p50("set/int/bounded-interleaved/raw-lmdb-nosync"),
         describe: "(p50)", met: { $0 <= 1.2 })
-    ratio(
-        "bounded set (int): LMDB's own part of the store's set / raw LMDB MDB_NOSYNC, the floor", target: "none",
-        p50("set/int/bounded-interleaved/raw-lmdb-logged"), p50("set/int/bounded-interleaved/raw-lmdb-nosync"),
-        describe: "(p50)", met: nil)
-    ratio(
-        "bounded set (int): store / LMDB's own part of its set (the Swift side)", target: "none",
-        p50("set/int/bounded-interleaved/store-bounded"), p50("set/int/bounded-interleaved/raw-lmdb-logged"),
-        describe: "(p50)", met: nil)
+    floorRatios(
+        "bounded set (int)",
+        names: ("LMDB's own part of the store's set / raw LMDB MDB_NOSYNC", "store / LMDB's own part of its set"),
+        store: "set/int/bounded-interleaved/store-bounded", floor: "set/int/bounded-interleaved/raw-lmdb-logged",
+        raw: "set/int/bounded-interleaved/raw-lmdb-nosync")
     ratio(
         "transaction of 10 keys: store.write / raw LMDB", target: "none",
         p50("transaction/10-keys/store-write"), p50("transaction/10-keys/raw-lmdb"), describe: "(p50)", met: nil)
@@ -120,25 +129,23 @@ func computeRatios(_ rows: [Measurement]) -> [Ratio] {
     for (mode, store) in [("", "store-write"), ("-nosync", "store-bounded")] {
         let prefix = "transaction/1000-keys\(mode)/"
         let label = mode.isEmpty ? "" : " without fsync"
-        ratio(
-            "transaction of 1,000 keys\(label): LMDB's own part of the store's work / raw LMDB, the floor",
-            target: "none", p50(prefix + "raw-lmdb-logged"), p50(prefix + "raw-lmdb"), describe: "(p50)", met: nil)
-        ratio(
-            "transaction of 1,000 keys\(label): store / LMDB's own part of its work (the Swift side)",
-            target: "none", p50(prefix + store), p50(prefix + "raw-lmdb-logged"), describe: "(p50)", met: nil)
+        floorRatios(
+            "transaction of 1,000 keys\(label)",
+            names: ("LMDB's own part of the store's work / raw LMDB", "store / LMDB's own part of its work"),
+            store: prefix + store, floor: prefix + "raw-lmdb-logged", raw: prefix + "raw-lmdb")
     }
     ratio(
         "typed get, 1,000 keys scattered: store[key] / raw mdb_get", target: "≤ 1.05×",
         p50("get/int/1000-keys-scattered/store-subscript"), p50("get/int/1000-keys-scattered/raw-lmdb"),
         describe: "(p50)", met: { $0 <= 1.05 })
-    ratio(
-        "typed get, 1,000 keys scattered: raw mdb_get in the store's layout (named database) / raw mdb_get, the floor",
-        target: "none", p50("get/int/1000-keys-scattered/raw-lmdb-named"), p50("get/int/1000-keys-scattered/raw-lmdb"),
-        describe: "(p50)", met: nil)
-    ratio(
-        "typed get, 1,000 keys scattered: store[key] / raw mdb_get in the store's layout (the Swift side)",
-        target: "none", p50("get/int/1000-keys-scattered/store-subscript"),
-        p50("get/int/1000-keys-scattered/raw-lmdb-named"), describe: "(p50)", met: nil)
+    floorRatios(
+        "typed get, 1,000 keys scattered",
+        names: (
+            "raw mdb_get in the store's layout (named database) / raw mdb_get",
+            "store[key] / raw mdb_get in the store's layout"
+        ),
+        store: "get/int/1000-keys-scattered/store-subscript", floor: "get/int/1000-keys-scattered/raw-lmdb-named",
+        raw: "get/int/1000-keys-scattered/raw-lmdb")
     ratio(
         "@PersistentDefault get, 1,000 wrappers / store[key]", target: "≤ 1.05×",
         p50("get/int/1000-keys-scattered/property-wrapper"), p50("get/int/1000-keys-scattered/store-subscript"),
