@@ -129,8 +129,13 @@ struct MirrorFaultTests {
             try await waitUntil("a put made while the watch's member hangs is applied", timeout: .seconds(40)) {
                 mirror.appliedRevision >= revision
             }
+            // Applied, so the watch moved: only the watch applies revisions newer than the applied
+            // one (the consistency check repairs at the applied revision), and the hung member
+            // delivers nothing. Where the watch stands now is not asserted: it may have moved on
+            // again since, round the members (one that fails while the cluster settles without
+            // the hung one), back to the hung one too — asserted, it failed once in a run of 156
+            // tests under load, with the put applied all the same.
             #expect(store[key] == 2)
-            #expect(mirror.status.withLock { $0.watchEndpoint } != hung)
             etcd.setPaused(hung, false)
             try await mirror.stop()
         }
