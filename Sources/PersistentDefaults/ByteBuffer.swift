@@ -52,7 +52,7 @@ struct ByteBuffer: ~Copyable {
     @inline(__always)
     mutating func append(_ bytes: UnsafeRawBufferPointer) {
         reserve(bytes.count)
-        if let source = bytes.baseAddress { (base + count).copyMemory(from: source, byteCount: bytes.count) }
+        if let source = bytes.baseAddress { (base + count).copySmall(from: source, count: bytes.count) }
         count += bytes.count
     }
 

@@ -563,6 +563,7 @@ public final class WriteTransaction: StoreView {
     }
 
     /// The key's position in `touched`; a key not yet touched is added with the bytes it holds.
+    @inline(__always)
     private func touchedPosition(of key: PersistentDefaults.Keys, in transaction: Transaction) throws -> Int {
         let next = touched.count
         var hash: UInt64?
@@ -623,6 +624,7 @@ public final class WriteTransaction: StoreView {
     }
 
     /// `replace` with the new value already in the transaction's buffer (`.absent` removes).
+    @inline(__always)
     private func replace(
         _ key: PersistentDefaults.Keys, written new: Held, in transaction: Transaction, at position: Int?
     ) throws {

@@ -395,24 +395,11 @@ struct RawByteWriter: ChangeWriter {
         offset += size
     }
 
-    /// Copies `source` to `target`; 4 to 16 bytes as two overlapping loads and stores.
+    /// Copies `source` to `target` (`UnsafeMutableRawPointer.copySmall(from:count:)`).
     @inline(__always)
     private static func copy(_ source: UnsafeRawBufferPointer, to target: UnsafeMutableRawPointer) {
         guard let base = source.baseAddress else { return }
-        let count = source.count
-        if count >= 8, count <= 16 {
-            let head = base.loadUnaligned(as: UInt64.self)
-            let tail = base.loadUnaligned(fromByteOffset: count - 8, as: UInt64.self)
-            target.storeBytes(of: head, as: UInt64.self)
-            target.storeBytes(of: tail, toByteOffset: count - 8, as: UInt64.self)
-        } else if count >= 4, count < 8 {
-            let head = base.loadUnaligned(as: UInt32.self)
-            let tail = base.loadUnaligned(fromByteOffset: count - 4, as: UInt32.self)
-            target.storeBytes(of: head, as: UInt32.self)
-            target.storeBytes(of: tail, toByteOffset: count - 4, as: UInt32.self)
-        } else {
-            target.copyMemory(from: base, byteCount: count)
-        }
+        target.copySmall(from: base, count: source.count)
     }
 }
 
