@@ -337,31 +337,35 @@ public final class WriteTransaction: StoreView {
         }
 
         /// Adds the name at the next position (the count of names added so far).
+        @inline(__always)
         mutating func append(hash: UInt64) {
-            if count == capacity {
-                let grown = UnsafeMutablePointer<UInt64>.allocate(capacity: max(64, capacity * 2))
-                if let hashes {
-                    grown.moveInitialize(from: hashes, count: count)
-                    hashes.deallocate()
-                }
-                hashes = grown
-                capacity = max(64, capacity * 2)
-            }
+            if count == capacity { growHashes() }
             hashes![count] = hash
             count += 1
-            if count * 2 > slotCount {
-                // Four times larger: fewer rebuilds, each placing every name again.
-                slots?.deallocate()
-                slotCount = max(128, slotCount * 4)
-                let made = UnsafeMutablePointer<Int32>.allocate(capacity: slotCount)
-                made.initialize(repeating: 0, count: slotCount)
-                slots = made
-                for position in 0..<count { place(position) }
-            } else {
-                place(count - 1)
-            }
+            if count * 2 > slotCount { rebuildSlots() } else { place(count - 1) }
         }
 
+        private mutating func growHashes() {
+            let grown = UnsafeMutablePointer<UInt64>.allocate(capacity: max(64, capacity * 2))
+            if let hashes {
+                grown.moveInitialize(from: hashes, count: count)
+                hashes.deallocate()
+            }
+            hashes = grown
+            capacity = max(64, capacity * 2)
+        }
+
+        /// Four times larger: fewer rebuilds, each placing every name again.
+        private mutating func rebuildSlots() {
+            slots?.deallocate()
+            slotCount = max(128, slotCount * 4)
+            let made = UnsafeMutablePointer<Int32>.allocate(capacity: slotCount)
+            made.initialize(repeating: 0, count: slotCount)
+            slots = made
+            for position in 0..<count { place(position) }
+        }
+
+        @inline(__always)
         private func place(_ position: Int) {
             guard let slots, let hashes else { return }
             let mask = slotCount - 1

@@ -45,6 +45,7 @@ struct WriteCursor {
     /// Stores `value` under `key`. `atKey`: the cursor stands on `key`, which exists (the last
     /// `find` found it, or the last `put` wrote it, and nothing moved the cursor since), so the
     /// value is replaced without a search (`MDB_CURRENT`). Afterwards the cursor stands on `key`.
+    @inline(__always)
     func put(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer, atKey: Bool) throws {
         var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
         var data = MDB_val(mv_size: value.count, mv_data: UnsafeMutableRawPointer(mutating: value.baseAddress))
