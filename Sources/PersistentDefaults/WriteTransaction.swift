@@ -142,7 +142,7 @@ public final class WriteTransaction: StoreView {
             withBytes(of: held) { bytes in
                 guard let bytes, let other else { return bytes == nil && other == nil }
                 guard bytes.count == other.count else { return false }
-                return bytes.isEmpty || memcmp(bytes.baseAddress!, other.baseAddress!, bytes.count) == 0
+                return bytes.isEmpty || bytes.baseAddress!.bytesEqual(other.baseAddress!, count: bytes.count)
             }
         }
 
@@ -216,7 +216,9 @@ public final class WriteTransaction: StoreView {
 
         /// The entry at `position` past the first (`0 < position < count`).
         @inline(__always)
-        private func entry(_ position: Int) -> UnsafeMutablePointer<TouchedKey> { rest! + (position - 1) }
+        private func entry(_ position: Int) -> UnsafeMutablePointer<TouchedKey> {
+            rest.unsafelyUnwrapped + (position - 1)
+        }
 
         // Field by field, not the whole entry: copying an entry out retains its references.
 
