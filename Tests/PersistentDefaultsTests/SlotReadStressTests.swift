@@ -8,36 +8,6 @@ import Testing
     import Glibc
 #endif
 
-/// Runs `body` on `count` new POSIX threads and joins them (`pthread_join` returns after the
-/// threads' `pthread_key` destructors ran, which retire their reader slots).
-private func onJoinedThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
-    final class Work: @unchecked Sendable {
-        // @unchecked Sendable: immutable after init.
-        let body: @Sendable (Int) -> Void
-        let index: Int
-        init(_ body: @escaping @Sendable (Int) -> Void, _ index: Int) {
-            self.body = body
-            self.index = index
-        }
-    }
-    var threads: [pthread_t] = []
-    for index in 0..<count {
-        var thread = pthread_t()
-        let work = Unmanaged.passRetained(Work(body, index)).toOpaque()
-        let created = pthread_create(
-            &thread, nil,
-            { pointer in
-                guard let pointer else { return nil }
-                let work = Unmanaged<Work>.fromOpaque(pointer).takeRetainedValue()
-                work.body(work.index)
-                return nil
-            }, work)
-        #expect(created == 0)
-        threads.append(thread)
-    }
-    for thread in threads { pthread_join(thread, nil) }
-}
-
 /// A value whose decoding reads another store and opens and closes a third one: user code that
 /// runs on a reading thread while that thread's reader slots of other stores are in its cache.
 struct StoreTouchingValue: Codable, Equatable, Sendable {
@@ -173,8 +143,10 @@ struct SlotReadStressTests {
             }
             #expect(failures.withLock { $0 }.isEmpty, "\(failures.withLock { $0 }.prefix(5))")
             #expect(store[Self.probe].number == writes)
-            // The decoder ran: the test exercised what it says.
-            #expect(StoreTouchingValue.decodes.load(ordering: .relaxed) - before > Self.readers)
+            // The decoder ran: the test exercised what it says. Not once per reader: when the
+            // writer is done before a reader starts, that reader may read the newest value,
+            // decoded already, and decode nothing (12 decodes for 16 readers in one run).
+            #expect(StoreTouchingValue.decodes.load(ordering: .relaxed) - before > 0)
         }
     }
 

@@ -135,3 +135,34 @@ func refusedStoreDirectories(in base: String) throws -> (foreign: String, newer:
     try rawLMDBPut(empty, [])
     return (foreign, newer, empty)
 }
+
+/// Runs `body` on `count` new POSIX threads and joins them: `pthread_join` returns only after a
+/// thread's `pthread_key` destructors ran (which retire its reader slots), so a test can check
+/// what thread exit released.
+func onJoinedThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
+    final class Work: @unchecked Sendable {
+        // @unchecked Sendable: immutable after init.
+        let body: @Sendable (Int) -> Void
+        let index: Int
+        init(_ body: @escaping @Sendable (Int) -> Void, _ index: Int) {
+            self.body = body
+            self.index = index
+        }
+    }
+    var threads: [pthread_t] = []
+    for index in 0..<count {
+        var thread = pthread_t()
+        let work = Unmanaged.passRetained(Work(body, index)).toOpaque()
+        let created = pthread_create(
+            &thread, nil,
+            { pointer in
+                guard let pointer else { return nil }
+                let work = Unmanaged<Work>.fromOpaque(pointer).takeRetainedValue()
+                work.body(work.index)
+                return nil
+            }, work)
+        #expect(created == 0)
+        threads.append(thread)
+    }
+    for thread in threads { pthread_join(thread, nil) }
+}
