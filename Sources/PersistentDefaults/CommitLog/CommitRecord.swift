@@ -158,9 +158,9 @@ public struct CommitRecord: Sendable, Equatable {
     /// mark, the value's length and bytes, or a remove mark.
     @inline(__always)
     static func appendChange(
-        named name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer?, to writer: inout some ChangeWriter
+        named name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer?, to writer: inout RawByteWriter
     ) {
-        writer.appendChange(named: name, value: value, marks: (set: setMark, remove: removeMark))
+        writer.appendChange(named: name, value: value)
     }
 
     /// Reads `count` changes from `reader`, as ``appendChange(named:value:to:)`` writes them,
@@ -305,30 +305,6 @@ final class EncodedChanges: @unchecked Sendable {
 
 /// Where ``CommitRecord/appendChange(named:value:to:)`` writes: LMDB's reserved space or an
 /// array of known size.
-protocol ChangeWriter {
-    mutating func append<T: FixedWidthInteger>(_ value: T)
-    mutating func append(_ source: UnsafeRawBufferPointer)
-    /// Appends one change as ``CommitRecord/appendChange(named:value:to:)`` describes it.
-    mutating func appendChange(
-        named name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer?, marks: (set: UInt8, remove: UInt8))
-}
-
-extension ChangeWriter {
-    mutating func appendChange(
-        named name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer?, marks: (set: UInt8, remove: UInt8)
-    ) {
-        append(UInt16(name.count))
-        append(name)
-        if let value {
-            append(marks.set)
-            append(UInt32(value.count))
-            append(value)
-        } else {
-            append(marks.remove)
-        }
-    }
-}
-
 extension CommitRecord {
     /// The bytes ``appendChange(named:value:to:)`` writes for a name and value of these sizes.
     static func encodedChangeSize(nameCount: Int, valueCount: Int?) -> Int {
@@ -347,8 +323,9 @@ struct ByteWriter {
     mutating func append(contentsOf other: some Collection<UInt8>) { bytes.append(contentsOf: other) }
 }
 
-/// Writes big-endian integers and bytes into a buffer of known size (LMDB's reserved space).
-struct RawByteWriter: ChangeWriter {
+/// Writes big-endian integers and bytes into a buffer of known size (LMDB's reserved space, or a
+/// commit's `EncodedChanges`).
+struct RawByteWriter {
     private let buffer: UnsafeMutableRawBufferPointer
     private(set) var offset = 0
 
@@ -365,20 +342,17 @@ struct RawByteWriter: ChangeWriter {
     @inline(__always)
     mutating func append(_ source: UnsafeRawBufferPointer) {
         precondition(source.count <= buffer.count - offset, "write past the reserved space")
-        if let base = source.baseAddress {
-            (buffer.baseAddress! + offset).copyMemory(from: base, byteCount: source.count)
-        }
+        if let base = source.baseAddress { (buffer.baseAddress! + offset).copySmall(from: base, count: source.count) }
         offset += source.count
     }
 
-    /// The protocol's `appendChange` with one bounds check for the whole change, and names and
-    /// values of up to 16 bytes copied with two loads and stores each instead of a `memcpy`
-    /// call. Not inlined: inlined into `WriteTransaction.finish()`'s loop, the compiler
-    /// retained and released each touched key twice around it.
+    /// Appends one change as ``CommitRecord/appendChange(named:value:to:)`` describes it, with
+    /// one bounds check for the whole change, and names and values of up to 16 bytes copied with
+    /// two loads and stores each instead of a `memcpy` call. Not inlined: inlined into
+    /// `WriteTransaction.finish()`'s loop, the compiler retained and released each touched key
+    /// twice around it.
     @inline(never)
-    mutating func appendChange(
-        named name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer?, marks: (set: UInt8, remove: UInt8)
-    ) {
+    mutating func appendChange(named name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer?) {
         let size = CommitRecord.encodedChangeSize(nameCount: name.count, valueCount: value?.count)
         precondition(size <= buffer.count - offset, "write past the reserved space")
         let start = buffer.baseAddress! + offset
@@ -386,11 +360,11 @@ struct RawByteWriter: ChangeWriter {
         Self.copy(name, to: start + 2)
         let mark = start + 2 + name.count
         if let value {
-            mark.storeBytes(of: marks.set, as: UInt8.self)
+            mark.storeBytes(of: CommitRecord.setMark, as: UInt8.self)
             (mark + 1).storeBytes(of: UInt32(value.count).bigEndian, as: UInt32.self)
             Self.copy(value, to: mark + 5)
         } else {
-            mark.storeBytes(of: marks.remove, as: UInt8.self)
+            mark.storeBytes(of: CommitRecord.removeMark, as: UInt8.self)
         }
         offset += size
     }
