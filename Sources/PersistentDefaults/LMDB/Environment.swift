@@ -269,8 +269,8 @@ final class Environment: @unchecked Sendable {
     @inline(__always)
     private func readThroughSlot<R>(_ body: (Transaction) throws -> R) throws -> R {
         // Each use of the slot through `_withUnsafeGuaranteedRef` (see
-        // `ReaderSlots.unretainedSlotOfCurrentThread()`): a strong local across `body` costs a
-        // retain and a release of the slot per read (an `unowned(unsafe)` one, more).
+        // `ReaderSlots.unretainedSlotOfCurrentThread()`): with a strong local across `body` the
+        // compiler retained the slot twice per read (with an `unowned(unsafe)` one, more).
         if let slot = readerSlots.unretainedSlotOfCurrentThread() {
             switch slot._withUnsafeGuaranteedRef({ $0.enter(gate) }) {
             case .entered:
