@@ -202,12 +202,14 @@ import Testing
                     stopped.signal()
                 }
                 let first = 2 * round + 1
-                #expect(try runFixture(["set-int", path, "foreign", "\(first)"]).status == 0)
+                let setFirst = try runFixture(["set-int", path, "foreign", "\(first)"])
+                #expect(setFirst.status == 0, "the foreign set failed: \(setFirst.output)")
                 _ = eventually(timeout: 5) { latest.load(ordering: .acquiring) >= first }
                 stop.store(true, ordering: .relaxed)
                 stopped.wait()
                 let second = first + 1
-                #expect(try runFixture(["set-int", path, "foreign", "\(second)"]).status == 0)
+                let setSecond = try runFixture(["set-int", path, "foreign", "\(second)"])
+                #expect(setSecond.status == 0, "the foreign set failed: \(setSecond.output)")
                 if !eventually(timeout: 3, { latest.load(ordering: .acquiring) == second }) {
                     missed.append(second)
                     // Diagnosis: the registry's delivered sequence lags the store's last one.
