@@ -19,7 +19,7 @@ struct ReaderSlotTests {
         options.durability = .bounded(interval: .seconds(10))
         try withTemporaryStore(options: options) { store, _, log in
             let before = liveReaderSlots(store)
-            let writes = 2_000
+            let writes = Int(ProcessInfo.processInfo.environment["PD_SOAK_WRITES"] ?? "") ?? 2_000  // tools/read-soak
             let readers = max(ProcessInfo.processInfo.activeProcessorCount * 4, 8)
             let failures = Guarded<[String]>([])
             onJoinedThreads(readers + 1) { index in
