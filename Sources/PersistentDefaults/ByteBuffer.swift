@@ -10,6 +10,8 @@ struct ByteBuffer: ~Copyable {
     private var capacity: Int
     /// How many bytes the buffer holds.
     private(set) var count = 0
+    /// How many bytes the buffer is expected to hold: a growth makes room for that many at once.
+    var expectedCapacity = 0
 
     init(capacity: Int = 256) {
         self.capacity = max(capacity, 16)
@@ -22,7 +24,7 @@ struct ByteBuffer: ~Copyable {
     @inline(__always)
     private mutating func reserve(_ more: Int) {
         guard count + more > capacity else { return }
-        var grown = capacity * 2
+        var grown = max(capacity * 2, expectedCapacity)
         while grown < count + more { grown *= 2 }
         let moved = UnsafeMutableRawPointer.allocate(byteCount: grown, alignment: 8)
         moved.copyMemory(from: base, byteCount: count)
@@ -46,6 +48,16 @@ struct ByteBuffer: ~Copyable {
         reserve(size)
         (base + count).storeBytes(of: value.bigEndian, as: T.self)
         count += size
+    }
+
+    /// Appends a fixed-width value as the store keeps it: `tag`, then `payload` big-endian, with
+    /// one capacity check for the nine bytes.
+    @inline(__always)
+    mutating func append(tag: UInt8, payload: UInt64) {
+        reserve(9)
+        (base + count).storeBytes(of: tag, as: UInt8.self)
+        (base + count + 1).storeBytes(of: payload.bigEndian, as: UInt64.self)
+        count += 9
     }
 
     /// Appends the bytes of `bytes`.

@@ -102,6 +102,9 @@ extension PersistentDefaults {
         /// Whether a read may decode the stored bytes where LMDB keeps them, inside the read:
         /// only when decoding runs no user code (``ValueCodec/runsUserCode``).
         @usableFromInline let decodesInsideRead: Bool
+        /// Whether a write may append the value's bytes itself (`appendFixedWidth`): the key's
+        /// codec is its fixed-width type's own, which runs no user code.
+        let encodesFixedWidth: Bool
         /// The default's bytes are `null`: setting nil removes the key instead of storing null.
         let removesNil: Bool
         /// A key type's hook: remove instead of storing this value.
@@ -135,6 +138,7 @@ extension PersistentDefaults {
             self.defaultValue = defaultValue
             self.codec = codec
             decodesInsideRead = !codec.runsUserCode
+            encodesFixedWidth = !codec.runsUserCode && !codec.isOptional && codec.encodeAppending != nil
             removesNil = (try? codec.encode(defaultValue)) == [StoredValue.Tag.null.rawValue]
             self.shouldRemove = shouldRemove
             self.shouldOverwrite = shouldOverwrite

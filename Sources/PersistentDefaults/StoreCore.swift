@@ -32,6 +32,15 @@ final class StoreCore: Sendable {
     let beforeObservationStop = Locked<(@Sendable () -> Void)?>(nil)
     /// What this process's newest logged commit left for the next write transaction.
     let commitCache = Locked<CommitCache?>(nil)
+    /// The keys touched and value bytes held by the last write transaction that finished
+    /// (capped), for the next one to size its tables when they grow (see `WriteTransaction.init`).
+    private let lastWriteKeys = Atomic<Int>(0)
+    private let lastWriteBytes = Atomic<Int>(0)
+
+    /// The size hint for a new write transaction: the last finished one's keys and value bytes.
+    var writeSizeHint: (keys: Int, bytes: Int) {
+        (lastWriteKeys.load(ordering: .relaxed), lastWriteBytes.load(ordering: .relaxed))
+    }
 
     /// Whether the store's directory is removed when it closes (a temporary store).
     let isTemporary: Bool
@@ -214,6 +223,9 @@ final class StoreCore: Sendable {
             defer { writer.invalidate() }
             let result = try body(writer)
             committed = try writer.finish()
+            let size = writer.size
+            lastWriteKeys.store(min(size.keys, 1 << 16), ordering: .relaxed)
+            lastWriteBytes.store(min(size.bytes, 4 << 20), ordering: .relaxed)
             carried = committed.map { record in
                 CommitCache(
                     transactionID: id, lastSequence: record.sequence,
