@@ -10,7 +10,8 @@ struct ByteBuffer: ~Copyable {
     private var capacity: Int
     /// How many bytes the buffer holds.
     private(set) var count = 0
-    /// How many bytes the buffer is expected to hold: a growth makes room for that many at once.
+    /// How many bytes the buffer is expected to hold: a growth makes room for that many at once,
+    /// up to 64 times the capacity it had.
     var expectedCapacity = 0
 
     init(capacity: Int = 256) {
@@ -24,7 +25,7 @@ struct ByteBuffer: ~Copyable {
     @inline(__always)
     private mutating func reserve(_ more: Int) {
         guard count + more > capacity else { return }
-        var grown = max(capacity * 2, expectedCapacity)
+        var grown = max(capacity * 2, min(expectedCapacity, capacity * 64))
         while grown < count + more { grown *= 2 }
         let moved = UnsafeMutableRawPointer.allocate(byteCount: grown, alignment: 8)
         moved.copyMemory(from: base, byteCount: count)

@@ -326,7 +326,8 @@ public final class WriteTransaction: StoreView {
         private mutating func rebuildSlots() {
             slots?.deallocate()
             slotCount = max(128, slotCount * 4)
-            while slotCount < expectedCount * 2 { slotCount *= 2 }
+            // Towards the expected size, by at most 64 times what the names need now.
+            while slotCount < min(expectedCount, hashes.count * 64) * 2 { slotCount *= 2 }
             let made = UnsafeMutablePointer<Int32>.allocate(capacity: slotCount)
             made.initialize(repeating: 0, count: slotCount)
             slots = made
@@ -711,13 +712,14 @@ private struct GrowingStorage<Element>: ~Copyable {
     }
 
     /// How many elements the storage is expected to take (the previous transaction's count):
-    /// past `minimumCapacity` it grows to that at once, not by doubling, so a small transaction
-    /// allocates no more than before and a large one moves its elements once.
+    /// past `minimumCapacity` it grows towards that in steps of up to 64 times, not by doubling,
+    /// so a small transaction allocates no more than before, a large one moves its elements
+    /// once or twice, and one of 20 keys after an import of 60,000 does not allocate for 60,000.
     var expectedCount = 0
 
     private mutating func grow() {
         let doubled = max(minimumCapacity, capacity * 2)
-        let grownCapacity = capacity == 0 ? doubled : max(doubled, expectedCount)
+        let grownCapacity = capacity == 0 ? doubled : max(doubled, min(expectedCount, capacity * 64))
         let grown = UnsafeMutablePointer<Element>.allocate(capacity: grownCapacity)
         if let base {
             grown.moveInitialize(from: base, count: count)
