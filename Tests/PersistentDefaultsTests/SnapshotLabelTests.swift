@@ -57,4 +57,52 @@ struct SnapshotLabelTests {
             #expect(log.all.isEmpty, "\(log.all)")
         }
     }
+
+    /// The same with the writer in another process (`pd-fixture increment`: one `write { }` per
+    /// increment), where the reader learns of commits only through the lock file, as the
+    /// watcher does. Any commit the child makes besides the increments only moves IDs ahead, so
+    /// between two reads of a thread the value may not go back and may not advance by more than
+    /// the IDs did: a snapshot showing a later commit than its ID breaks one of the two.
+    @Test func snapshotsOfAnotherProcessesCommitsShowTheirIDsCommit() throws {
+        var options = PersistentDefaults.Options()
+        options.durability = .bounded(interval: .seconds(10))
+        try withTemporaryStore(options: options) { store, path, log in
+            store[Self.counter] = 0
+            let environment = store.core.environment
+            let writes = Int(ProcessInfo.processInfo.environment["PD_SOAK_WRITES"] ?? "") ?? 20_000  // tools/read-soak
+            let writer = try ChildProcess(
+                fixture: ["increment", path, Self.counter.name, "\(writes)"],
+                environment: ["PD_DURABILITY": "bounded", "PD_BOUNDED_MS": "10000"])
+            defer { writer.kill() }
+            let failures = Guarded<[String]>([])
+            let reads = Guarded<Int>(0)
+            onJoinedThreads(16) { index in
+                var last = (id: 0, value: 0)
+                var count = 0
+                while last.value < writes {
+                    let read = Result {
+                        try environment.withRead { transaction in
+                            (id: transaction.id, value: try store.core.value(Self.counter, in: transaction))
+                        }
+                    }
+                    guard case .success(let now) = read else {
+                        failures.withLock { $0.append("thread \(index): \(read)") }
+                        return
+                    }
+                    count += 1
+                    if count > 1, now.value < last.value || now.value - last.value > now.id - last.id {
+                        failures.withLock { $0.append("thread \(index): \(last) then \(now)") }
+                    }
+                    last = now
+                }
+                reads.withLock { $0 += count }
+            }
+            #expect(writer.waitForExit(timeout: Double(max(120, writes / 1_000))))
+            #expect(writer.result.status == 0, "\(writer.result.output)")
+            let found = failures.withLock { $0 }
+            #expect(found.isEmpty, "\(found.count) in \(reads.withLock { $0 }) reads: \(found.prefix(5))")
+            #expect(store[Self.counter] == writes)
+            #expect(log.all.isEmpty, "\(log.all)")
+        }
+    }
 }
