@@ -9,7 +9,7 @@ import Synchronization
 /// Passes errors to the handler; decoding failures only once per key and reason.
 ///
 /// The handler is the user's code and may use the store, so it is called on the reporting
-/// thread but never there:
+/// thread but never there — in this store or in any other the thread is using:
 /// - inside a write transaction of the store: an error reported there (a value that does not
 ///   decode read through `tx[key]`, a failed `store[key] = …` inside `write { }`) waits until the
 ///   transaction has ended on that thread, committed or not, and is passed then
@@ -26,6 +26,12 @@ import Synchronization
 ///   (``PersistentDefaults/Options/printToStandardError``). A handler whose write kept failing
 ///   (a full disk, a value over the size limit, a read-only store) recursed without end.
 ///
+/// The same holds across stores: an error of store A met inside store B's write transaction or
+/// read scope on the same thread (`b.write { _ = a[key] }`) waits until the thread is in no
+/// store's scope, and is passed when the last one ends (whichever store's it is). Called inside
+/// B's write, A's handler held B's writer lock while it ran, and its own write to B threw
+/// `nestedWrite`.
+///
 /// A decoding failure counts as reported once it has reached the handler or waits for it; one
 /// that went to standard error does not, so the next time it is met it reaches the handler
 /// (counted, it never did: the app's own later reads of the key were silent).
@@ -35,9 +41,6 @@ final class ErrorReporter: Sendable {
     /// `String` equality would take the message about an NFD key name for the one about its NFC
     /// form. Taken inside `threads`' lock, never the other way round.
     private let reported = Locked<Set<[UInt8]>>([])
-    /// Tells whether the reporting thread is inside a read scope or write transaction of the
-    /// store; nil for a reporter of no store (tests).
-    private let gate: TransactionGate?
     /// The threads that run the handler or have errors waiting for it, by thread.
     private let threads = Locked<[UInt: ThreadReports]>([:])
     /// How many entries `threads` has: ``deliverDeferred()``, called after every write and read
@@ -63,16 +66,23 @@ final class ErrorReporter: Sendable {
         var pending: [Pending] = []
     }
 
+    /// The reporters with errors waiting on each thread for its scopes to end, in the order
+    /// their first error was met: whichever store's scope ends last passes them all.
+    private static let waiting = Locked<[UInt: [ErrorReporter]]>([:])
+    /// How many threads `waiting` has: ``deliverDeferred()`` reads only this when it is 0.
+    private static let waitingThreads = Atomic<Int>(0)
+
     /// What `report` does with an error.
     private enum Disposition {
         case call, wait, print
+        /// Wait, and the thread had no errors of this reporter waiting: register it in `waiting`.
+        case waitFirst
         /// Reported once already (``reportOnce(_:)``): nothing to do.
         case drop
     }
 
-    init(handler: @escaping @Sendable (PersistentDefaultsError) -> Void, gate: TransactionGate? = nil) {
+    init(handler: @escaping @Sendable (PersistentDefaultsError) -> Void) {
         self.handler = handler
-        self.gate = gate
     }
 
     func report(_ error: any Error) { report(error, once: nil) }
@@ -83,7 +93,7 @@ final class ErrorReporter: Sendable {
     private func report(_ error: any Error, once message: [UInt8]?) {
         let error = error as? PersistentDefaultsError ?? .unknown(description: "\(error)")
         let thread = Self.currentThread
-        let isInScope = gate?.isHeldByCurrentThread == true
+        let isInScope = TransactionGate.isAnyHeldByCurrentThread
         let disposition = threads.withLock { threads -> Disposition in
             if var reports = threads[thread] {
                 // The handler runs on this thread (the error is its doing), or errors wait for
@@ -102,7 +112,7 @@ final class ErrorReporter: Sendable {
             entries.add(1, ordering: .relaxed)
             if isInScope {
                 threads[thread] = ThreadReports(pending: [Pending(error: error, generation: 1, onceMessage: message)])
-                return .wait
+                return .waitFirst
             }
             threads[thread] = ThreadReports(handling: 1)
             return .call
@@ -110,6 +120,11 @@ final class ErrorReporter: Sendable {
         switch disposition {
         case .call: callHandler(with: error, on: thread)
         case .wait: break
+        case .waitFirst:
+            Self.waiting.withLock { waiting in
+                if waiting[thread] == nil { Self.waitingThreads.add(1, ordering: .relaxed) }
+                waiting[thread, default: []].append(self)
+            }
         case .print: PersistentDefaults.Options.printToStandardError(error)
         case .drop: break
         }
@@ -163,14 +178,27 @@ final class ErrorReporter: Sendable {
         }
     }
 
-    /// Passes the errors reported inside the calling thread's read scope or write transaction,
-    /// which has ended; call after every read scope and write transaction, with no lock of the
-    /// store held. Does nothing inside a read scope or write transaction (a nested one ended, or
-    /// a write inside `read { }`: the outermost one passes them) or inside the handler (which
-    /// passes them when it returns).
+    /// Passes the errors reported inside the calling thread's read scopes and write
+    /// transactions, of this store and of every other, once the thread is in none; call after
+    /// every read scope and write transaction, with no lock of the store held. Does nothing
+    /// inside a read scope or write transaction of any store (a nested one ended, or a write
+    /// inside `read { }`: the outermost one passes them) or inside the handler (which passes
+    /// them when it returns). One relaxed load when no thread has errors waiting.
     func deliverDeferred() {
-        guard entries.load(ordering: .relaxed) > 0, gate?.isHeldByCurrentThread != true else { return }
+        guard Self.waitingThreads.load(ordering: .relaxed) > 0, !TransactionGate.isAnyHeldByCurrentThread else {
+            return
+        }
         let thread = Self.currentThread
+        let reporters = Self.waiting.withLock { waiting -> [ErrorReporter] in
+            guard let reporters = waiting.removeValue(forKey: thread) else { return [] }
+            Self.waitingThreads.subtract(1, ordering: .relaxed)
+            return reporters
+        }
+        for reporter in reporters { reporter.deliverWaiting(on: thread) }
+    }
+
+    /// Passes this reporter's errors that wait on `thread` (the calling one) to the handler.
+    private func deliverWaiting(on thread: UInt) {
         let first = threads.withLock { threads -> PersistentDefaultsError? in
             guard var reports = threads[thread], reports.handling == 0, !reports.pending.isEmpty else { return nil }
             let next = reports.pending.removeFirst()

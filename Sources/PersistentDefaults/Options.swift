@@ -84,7 +84,9 @@ extension PersistentDefaults {
         /// ended, committed or not, and one met inside `read { }` (a value read through
         /// `snapshot[key]` that does not decode) once the outermost scope has ended, so the
         /// handler may write the store, also through the subscript, and reads the newest commit
-        /// (inside a scope, a write could not grow the map). Nor is it
+        /// (inside a scope, a write could not grow the map). The same holds for every other
+        /// store the thread is using: an error of this store met inside another store's
+        /// `write { }` or `read { }` is passed once the thread is in no store's scope. Nor is it
         /// called inside itself: an error that its own use of the store causes on its thread is
         /// passed to it after it returns, once; one caused while it handles such an error is
         /// written to standard error instead (``printToStandardError``), so a handler whose

@@ -57,7 +57,7 @@ final class StoreCore: Sendable {
             EnvironmentConfiguration(
                 path: path, readOnly: options.readOnly, noSync: noSync,
                 mapSize: max(options.initialMapSize, 64 << 10), maxReaders: options.maxReaders))
-        reporter = ErrorReporter(handler: options.errorHandler, gate: environment.gate)
+        reporter = ErrorReporter(handler: options.errorHandler)
         if files.createdData { try StoreFiles.restrictModes(in: path) }
         do {
             databases = try Self.openDatabases(

@@ -107,6 +107,25 @@ final class TransactionGate: @unchecked Sendable {
     /// Whether the calling thread holds the shared side.
     var isHeldByCurrentThread: Bool { state >> 1 > 0 }
 
+    /// How many marked shared sections of any environment's gate the calling thread is in: the
+    /// error reporter holds back every store's handler while the thread is inside any store's
+    /// write transaction or read scope (see `ErrorReporter`).
+    private static let heldAnywhereKey: pthread_key_t = {
+        var key: pthread_key_t = 0
+        // Fails only past PTHREAD_KEYS_MAX keys; the library makes this one key per process.
+        _ = pthread_key_create(&key, nil)
+        return key
+    }()
+
+    private static var heldAnywhere: Int {
+        get { Int(bitPattern: pthread_getspecific(heldAnywhereKey)) }
+        set { _ = pthread_setspecific(heldAnywhereKey, UnsafeRawPointer(bitPattern: newValue)) }
+    }
+
+    /// Whether the calling thread holds the shared side of any environment's gate, marked: it
+    /// is inside a write transaction, a read scope or a library section of some store.
+    static var isAnyHeldByCurrentThread: Bool { heldAnywhere > 0 }
+
     /// Runs `body`, the caller's code inside the read transaction `handle` on this thread, with
     /// `handle` as the thread's enclosing read: a read nested in it that cannot adopt another
     /// process's larger map (that waits for this very read to end) is answered from it.
@@ -128,7 +147,9 @@ final class TransactionGate: @unchecked Sendable {
     func withShared<R>(_ body: () throws -> R) rethrows -> R {
         lockShared()
         state += 2
+        Self.heldAnywhere += 1
         defer {
+            Self.heldAnywhere -= 1
             state -= 2
             pthread_rwlock_unlock(lock)
         }
@@ -165,7 +186,9 @@ final class TransactionGate: @unchecked Sendable {
             tv_sec: now.tv_sec + nanoseconds / 1_000_000_000, tv_nsec: nanoseconds % 1_000_000_000)
         guard pthread_rwlock_timedrdlock(lock, &deadline) == 0 else { return nil }
         state += 2
+        Self.heldAnywhere += 1
         defer {
+            Self.heldAnywhere -= 1
             state -= 2
             pthread_rwlock_unlock(lock)
         }
