@@ -87,4 +87,18 @@ int pd_mdb_cursor_get_guarded(MDB_cursor *cursor, MDB_val *key, MDB_val *data, M
     return code;
 }
 
+int pd_mdb_dbi_open_guarded(MDB_txn *txn, const char *name, unsigned int flags, MDB_dbi *dbi) {
+    guard point;
+    guard *const outer = active_guard;
+    const int stopped = setjmp(point.jump);
+    if (stopped != 0) {
+        active_guard = outer;
+        return stopped == 1 ? PD_MDB_ASSERTION : PD_MDB_FAULT;
+    }
+    active_guard = &point;
+    const int code = mdb_dbi_open(txn, name, flags, dbi);
+    active_guard = outer;
+    return code;
+}
+
 const char *pd_mdb_last_assertion(void) { return stop_message; }

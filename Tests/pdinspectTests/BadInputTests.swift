@@ -8,6 +8,11 @@ import Testing
 /// A damaged or missing store, made from a good one.
 enum Damage: String, CaseIterable, Sendable {
     case missingPath, emptyDirectory, emptyDataFile, truncatedDataFile, metaPagesOnly, randomBytes, fileNotDirectory
+    /// The newest commit's main-database root page holds what a power cut left there: bytes
+    /// never written (the power-cut disk's fill pattern). Its header claims ~26,000 entries, and
+    /// LMDB's lookup of a database name read past the file: `pdinspect` crashed (SIGSEGV in
+    /// `mdb_dbi_open`) on 1 of 200 `.bounded` power-cut stores before that lookup was guarded.
+    case mainRootUnwritten
 
     /// The message part that names the problem.
     var message: String {
@@ -18,6 +23,7 @@ enum Damage: String, CaseIterable, Sendable {
         case .truncatedDataFile, .metaPagesOnly: "data.mdb is truncated"
         case .randomBytes: "data.mdb is not an LMDB file"
         case .fileNotDirectory: "not a directory"
+        case .mainRootUnwritten: "a page of the store is damaged"
         }
     }
 
@@ -42,6 +48,21 @@ enum Damage: String, CaseIterable, Sendable {
             try Data((0..<65_536).map { _ in UInt8.random(in: 0...255) }).write(to: URL(fileURLWithPath: data))
         case .fileNotDirectory:
             return data
+        case .mainRootUnwritten:
+            // Meta pages 0 and 1 (64-bit layout, as `DataFileHeader` reads it): the page size in
+            // the free database's `md_pad` at 40, the main database's root at 128, the
+            // transaction ID at 144; the newer meta page names the current root.
+            func integer(_ offset: Int) -> Int {
+                (0..<8).reduce(0) { $0 | Int(bytes[offset + $1]) << (8 * $1) }
+            }
+            let pageSize = integer(40) & 0xFFFF_FFFF
+            let newer = integer(pageSize + 144) > integer(144) ? pageSize : 0
+            let root = integer(newer + 128)
+            var damaged = bytes
+            for offset in 0..<pageSize {
+                damaged[root * pageSize + offset] = UInt8(truncatingIfNeeded: offset * 31 + 59)
+            }
+            try damaged.write(to: URL(fileURLWithPath: data))
         }
         return fixture.path
     }

@@ -34,6 +34,11 @@ int pd_mdb_install_assert_callback(MDB_env *env);
 /// found is read before it returns, so a record reaching past the end of the file faults in here.
 int pd_mdb_cursor_get_guarded(MDB_cursor *cursor, MDB_val *key, MDB_val *data, MDB_cursor_op op);
 
+/// `mdb_dbi_open`, guarded as pd_mdb_cursor_get_guarded is: it looks the name up in the main
+/// database's B-tree, which on a damaged page can fail an assertion or fault. (Nothing of the
+/// lookup is kept when it stops: the caller aborts the transaction.)
+int pd_mdb_dbi_open_guarded(MDB_txn *txn, const char *name, unsigned int flags, MDB_dbi *dbi);
+
 /// What stopped the last guarded call on this thread that returned PD_MDB_ASSERTION or
 /// PD_MDB_FAULT, such as "mdb.c:5921: Assertion 'IS_LEAF(mp)' failed in mdb_cursor_next()".
 const char *pd_mdb_last_assertion(void);
