@@ -67,7 +67,10 @@ static void touch(const MDB_val *value) {
     if (value->mv_size > 0) (void)bytes[value->mv_size - 1];
 }
 
-int pd_mdb_cursor_get_guarded(MDB_cursor *cursor, MDB_val *key, MDB_val *data, MDB_cursor_op op) {
+/// Runs `body(context)` with a jump point set on this thread: an LMDB assertion or (under
+/// pd_mdb_guard_faults) a fault inside it ends it with PD_MDB_ASSERTION or PD_MDB_FAULT. The
+/// jump point lives in this frame, which stays alive while `body` runs.
+static int run_guarded(int (*body)(void *context), void *context) {
     guard point;
     guard *const outer = active_guard;
     const int stopped = setjmp(point.jump);
@@ -76,29 +79,50 @@ int pd_mdb_cursor_get_guarded(MDB_cursor *cursor, MDB_val *key, MDB_val *data, M
         return stopped == 1 ? PD_MDB_ASSERTION : PD_MDB_FAULT;
     }
     active_guard = &point;
-    const int code = mdb_cursor_get(cursor, key, data, op);
-    if (code == MDB_SUCCESS) {
-        // A damaged page can give a record a size or an overflow page past the end of the file:
-        // its bytes are reached here, under the guard, before the caller copies them.
-        touch(key);
-        touch(data);
-    }
+    const int code = body(context);
     active_guard = outer;
     return code;
 }
 
-int pd_mdb_dbi_open_guarded(MDB_txn *txn, const char *name, unsigned int flags, MDB_dbi *dbi) {
-    guard point;
-    guard *const outer = active_guard;
-    const int stopped = setjmp(point.jump);
-    if (stopped != 0) {
-        active_guard = outer;
-        return stopped == 1 ? PD_MDB_ASSERTION : PD_MDB_FAULT;
+typedef struct {
+    MDB_cursor *cursor;
+    MDB_val *key;
+    MDB_val *data;
+    MDB_cursor_op op;
+} cursor_get_call;
+
+static int cursor_get(void *context) {
+    const cursor_get_call *call = context;
+    const int code = mdb_cursor_get(call->cursor, call->key, call->data, call->op);
+    if (code == MDB_SUCCESS) {
+        // A damaged page can give a record a size or an overflow page past the end of the file:
+        // its bytes are reached here, under the guard, before the caller copies them.
+        touch(call->key);
+        touch(call->data);
     }
-    active_guard = &point;
-    const int code = mdb_dbi_open(txn, name, flags, dbi);
-    active_guard = outer;
     return code;
+}
+
+int pd_mdb_cursor_get_guarded(MDB_cursor *cursor, MDB_val *key, MDB_val *data, MDB_cursor_op op) {
+    cursor_get_call call = {cursor, key, data, op};
+    return run_guarded(cursor_get, &call);
+}
+
+typedef struct {
+    MDB_txn *txn;
+    const char *name;
+    unsigned int flags;
+    MDB_dbi *dbi;
+} dbi_open_call;
+
+static int dbi_open(void *context) {
+    const dbi_open_call *call = context;
+    return mdb_dbi_open(call->txn, call->name, call->flags, call->dbi);
+}
+
+int pd_mdb_dbi_open_guarded(MDB_txn *txn, const char *name, unsigned int flags, MDB_dbi *dbi) {
+    dbi_open_call call = {txn, name, flags, dbi};
+    return run_guarded(dbi_open, &call);
 }
 
 const char *pd_mdb_last_assertion(void) { return stop_message; }

@@ -11,17 +11,35 @@ import Testing
 struct SnapshotLabelTests {
     static let counter = PersistentDefaults.Key<Int>("counter", default: 0)
 
+    /// A store with bounded durability and the counter at 0, and how many writes to make:
+    /// `writes`, or `PD_SOAK_WRITES` (`tools/read-soak`).
+    private static func withCounterStore(
+        writes: Int, _ body: (PersistentDefaults, String, ErrorLog, Int) throws -> Void
+    ) throws {
+        var options = PersistentDefaults.Options()
+        options.durability = .bounded(interval: .seconds(10))
+        try withTemporaryStore(options: options) { store, path, log in
+            store[Self.counter] = 0
+            try body(store, path, log, Int(ProcessInfo.processInfo.environment["PD_SOAK_WRITES"] ?? "") ?? writes)
+        }
+    }
+
+    /// The snapshot's transaction ID and the counter, read in one read through the store's
+    /// own read path (the thread's reader slot).
+    private static func labelledRead(_ store: PersistentDefaults) -> Result<(id: Int, value: Int), any Error> {
+        Result {
+            try store.core.environment.withRead { transaction in
+                (id: transaction.id, value: try store.core.value(Self.counter, in: transaction))
+            }
+        }
+    }
+
     /// One writer commits the counter's values 1, 2, 3… one transaction each, so the commit
     /// with ID `base + n` stores `n`; 16 reader threads (more than cores, so that readers are
     /// preempted inside `mdb_txn_renew`) read the ID and the value in one snapshot.
     @Test func aSnapshotShowsTheCommitOfItsIDAndReadsNeverGoBack() throws {
-        var options = PersistentDefaults.Options()
-        options.durability = .bounded(interval: .seconds(10))
-        try withTemporaryStore(options: options) { store, _, log in
-            store[Self.counter] = 0
-            let environment = store.core.environment
-            let base = environment.info().lastTransactionID
-            let writes = Int(ProcessInfo.processInfo.environment["PD_SOAK_WRITES"] ?? "") ?? 30_000  // tools/read-soak
+        try Self.withCounterStore(writes: 30_000) { store, _, log, writes in
+            let base = store.core.environment.info().lastTransactionID
             let readers = 16
             let failures = Guarded<[String]>([])
             let reads = Guarded<Int>(0)
@@ -33,11 +51,7 @@ struct SnapshotLabelTests {
                 var last = 0
                 var count = 0
                 while last < writes {
-                    let read = Result {
-                        try environment.withRead { transaction in
-                            (transaction.id, try store.core.value(Self.counter, in: transaction))
-                        }
-                    }
+                    let read = Self.labelledRead(store)
                     guard case .success(let (id, value)) = read else {
                         failures.withLock { $0.append("thread \(index): \(read)") }
                         return
@@ -64,12 +78,7 @@ struct SnapshotLabelTests {
     /// between two reads of a thread the value may not go back and may not advance by more than
     /// the IDs did: a snapshot showing a later commit than its ID breaks one of the two.
     @Test func snapshotsOfAnotherProcessesCommitsShowTheirIDsCommit() throws {
-        var options = PersistentDefaults.Options()
-        options.durability = .bounded(interval: .seconds(10))
-        try withTemporaryStore(options: options) { store, path, log in
-            store[Self.counter] = 0
-            let environment = store.core.environment
-            let writes = Int(ProcessInfo.processInfo.environment["PD_SOAK_WRITES"] ?? "") ?? 20_000  // tools/read-soak
+        try Self.withCounterStore(writes: 20_000) { store, path, log, writes in
             let writer = try ChildProcess(
                 fixture: ["increment", path, Self.counter.name, "\(writes)"],
                 environment: ["PD_DURABILITY": "bounded", "PD_BOUNDED_MS": "10000"])
@@ -80,11 +89,7 @@ struct SnapshotLabelTests {
                 var last = (id: 0, value: 0)
                 var count = 0
                 while last.value < writes {
-                    let read = Result {
-                        try environment.withRead { transaction in
-                            (id: transaction.id, value: try store.core.value(Self.counter, in: transaction))
-                        }
-                    }
+                    let read = Self.labelledRead(store)
                     guard case .success(let now) = read else {
                         failures.withLock { $0.append("thread \(index): \(read)") }
                         return
