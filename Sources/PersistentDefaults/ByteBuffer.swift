@@ -1,3 +1,10 @@
+/// The capacity that storage of `capacity` elements grows to: twice as large, or towards
+/// `expected` (the previous write transaction's size) by at most 64 times, so that a large
+/// transaction moves its elements once or twice and a small one after a large import does not
+/// allocate for the import. (`ByteBuffer`, and a write transaction's per-key tables.)
+@inline(__always)
+func grownCapacity(_ capacity: Int, expected: Int) -> Int { max(capacity * 2, min(expected, capacity * 64)) }
+
 /// A growable run of bytes in memory it owns: a write transaction's values, appended a few
 /// bytes at a time. `Array`'s `append` costs 60–100 instructions a call (capacity and
 /// uniqueness checks, a generic copy); these appends cost a few, which for a 1,000-key
@@ -25,7 +32,7 @@ struct ByteBuffer: ~Copyable {
     @inline(__always)
     private mutating func reserve(_ more: Int) {
         guard count + more > capacity else { return }
-        var grown = max(capacity * 2, min(expectedCapacity, capacity * 64))
+        var grown = grownCapacity(capacity, expected: expectedCapacity)
         while grown < count + more { grown *= 2 }
         let moved = UnsafeMutableRawPointer.allocate(byteCount: grown, alignment: 8)
         moved.copyMemory(from: base, byteCount: count)

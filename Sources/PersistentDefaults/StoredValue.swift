@@ -212,21 +212,16 @@ public enum StoredValue: Sendable, Hashable, CustomStringConvertible {
     /// values and booleans (a write transaction keeps its small values in one buffer).
     func append(to buffer: inout ByteBuffer) {
         switch self {
-        case .int(let value): Self.append(tag, UInt64(bitPattern: value), to: &buffer)
-        case .uint(let value): Self.append(tag, value, to: &buffer)
-        case .double(let value): Self.append(tag, value.bitPattern, to: &buffer)
-        case .date(let value): Self.append(tag, value.timeIntervalSinceReferenceDate.bitPattern, to: &buffer)
+        case .int(let value): buffer.append(tag: tag.rawValue, payload: UInt64(bitPattern: value))
+        case .uint(let value): buffer.append(tag: tag.rawValue, payload: value)
+        case .double(let value): buffer.append(tag: tag.rawValue, payload: value.bitPattern)
+        case .date(let value):
+            buffer.append(tag: tag.rawValue, payload: value.timeIntervalSinceReferenceDate.bitPattern)
         case .bool(let value):
             buffer.append(tag.rawValue)
             buffer.append(value ? 1 : 0)
         default: buffer.append(contentsOf: encodedValue)
         }
-    }
-
-    /// Appends a fixed-width value: `tag`, then `payload` big-endian.
-    private static func append(_ tag: Tag, _ payload: UInt64, to buffer: inout ByteBuffer) {
-        buffer.append(tag.rawValue)
-        buffer.append(bigEndian: payload)
     }
 
     /// The 9 bytes of a fixed-width value: `tag`, then `payload` big-endian, written at once

@@ -718,14 +718,14 @@ private struct GrowingStorage<Element>: ~Copyable {
     var expectedCount = 0
 
     private mutating func grow() {
-        let doubled = max(minimumCapacity, capacity * 2)
-        let grownCapacity = capacity == 0 ? doubled : max(doubled, min(expectedCount, capacity * 64))
-        let grown = UnsafeMutablePointer<Element>.allocate(capacity: grownCapacity)
+        let newCapacity =
+            capacity == 0 ? minimumCapacity : max(minimumCapacity, grownCapacity(capacity, expected: expectedCount))
+        let grown = UnsafeMutablePointer<Element>.allocate(capacity: newCapacity)
         if let base {
             grown.moveInitialize(from: base, count: count)
             base.deallocate()
         }
         base = grown
-        capacity = grownCapacity
+        capacity = newCapacity
     }
 }

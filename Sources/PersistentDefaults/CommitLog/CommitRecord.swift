@@ -303,8 +303,6 @@ final class EncodedChanges: @unchecked Sendable {
     }
 }
 
-/// Where ``CommitRecord/appendChange(named:value:to:)`` writes: LMDB's reserved space or an
-/// array of known size.
 extension CommitRecord {
     /// The bytes ``appendChange(named:value:to:)`` writes for a name and value of these sizes.
     static func encodedChangeSize(nameCount: Int, valueCount: Int?) -> Int {

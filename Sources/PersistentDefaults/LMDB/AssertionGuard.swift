@@ -25,13 +25,16 @@ func guardedCursorGet(
 /// mdb_cursor_next()` or `SIGBUS reading the map`.
 var lastAssertion: String { String(cString: pd_mdb_last_assertion()) }
 
-/// Throws for a cursor step's code, with what stopped LMDB when a guard did.
-func checkCursorStep(_ code: Int32) throws(PersistentDefaultsError) {
+/// Throws for a guarded call's code, with what stopped LMDB when a guard did.
+func checkGuarded(_ code: Int32, _ operation: @autoclosure () -> String) throws(PersistentDefaultsError) {
     guard code != PD_MDB_ASSERTION, code != PD_MDB_FAULT else {
-        throw .lmdb(code: LMDBResultCode(rawValue: code), operation: "mdb_cursor_get (\(lastAssertion))")
+        throw .lmdb(code: LMDBResultCode(rawValue: code), operation: "\(operation()) (\(lastAssertion))")
     }
-    try check(code, "mdb_cursor_get")
+    try check(code, operation())
 }
+
+/// Throws for a cursor step's code (``guardedCursorGet(_:_:_:_:)``).
+func checkCursorStep(_ code: Int32) throws(PersistentDefaultsError) { try checkGuarded(code, "mdb_cursor_get") }
 
 extension PersistentDefaults {
     /// From now on, in this whole process, a read fault (SIGSEGV, SIGBUS) inside one of the

@@ -30,10 +30,7 @@ struct Transaction {
         // made LMDB fault (`pdinspect check` crashed on 1 of 200 power-cut stores).
         let code = pd_mdb_dbi_open_guarded(handle, name, create ? UInt32(MDB_CREATE) : 0, &database)
         if code == MDB_NOTFOUND { return nil }
-        if code == PD_MDB_ASSERTION || code == PD_MDB_FAULT {
-            throw .lmdb(code: LMDBResultCode(rawValue: code), operation: "mdb_dbi_open(\(name)) (\(lastAssertion))")
-        }
-        try check(code, "mdb_dbi_open(\(name))")
+        try checkGuarded(code, "mdb_dbi_open(\(name))")
         environment.noteOpened(name, as: database)
         return database
     }
