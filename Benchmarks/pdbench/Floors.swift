@@ -1,6 +1,13 @@
 import CLMDB
 import Foundation
 
+/// An Int as the store keeps it: the `int` tag (3), then the value big-endian (9 bytes).
+func taggedInt(_ value: Int) -> [UInt8] {
+    var tagged = [UInt8](repeating: 3, count: 9)
+    withUnsafeBytes(of: Int64(value).bigEndian) { tagged.replaceSubrange(1..<9, with: $0) }
+    return tagged
+}
+
 /// LMDB doing exactly its part of a store's single-key set of an Int, through the C API, so that
 /// the store's figure over it is what its Swift side costs and its figure over raw LMDB's is the
 /// floor of a logged commit (`set/int/*-interleaved/raw-lmdb-logged`):
@@ -31,8 +38,7 @@ final class LoggedSetFloor {
             try checkLMDB(mdb_cursor_open(transaction, values, &opened), "mdb_cursor_open")
             guard let cursor = opened else { throw LMDBFailure(code: EINVAL, operation: "mdb_cursor_open") }
             defer { mdb_cursor_close(cursor) }
-            var tagged = [UInt8](repeating: 3, count: 9)
-            withUnsafeBytes(of: Int64(value).bigEndian) { tagged.replaceSubrange(1..<9, with: $0) }
+            let tagged = taggedInt(value)
             try name.withUnsafeBytes { name in
                 try tagged.withUnsafeBytes { tagged in
                     var key = MDB_val(mv_size: name.count, mv_data: UnsafeMutableRawPointer(mutating: name.baseAddress))

@@ -82,8 +82,7 @@ private func makeRawNamed(_ path: String) throws -> (RawLMDB, MDB_dbi) {
     let values = lmdb.named["values"] ?? 0
     try lmdb.write { transaction in
         for (index, name) in scatteredNames.enumerated() {
-            var tagged = [UInt8](repeating: 3, count: 9)
-            withUnsafeBytes(of: Int64(index).bigEndian) { tagged.replaceSubrange(1..<9, with: $0) }
+            let tagged = taggedInt(index)
             try Array(name.utf8).withUnsafeBytes { key in
                 try tagged.withUnsafeBytes { try lmdb.put(transaction, key: key, value: $0, database: values) }
             }
