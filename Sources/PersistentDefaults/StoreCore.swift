@@ -80,14 +80,15 @@ final class StoreCore: Sendable {
         }
     }
 
-    /// Flushes and closes; the last handle's release calls this under the store registry's
-    /// lock, which keeps an open of the same store out until the environment is closed.
+    /// Flushes and closes; the last handle's release calls this with the store's directory
+    /// marked busy in the store registry, which keeps an open of the same store out until the
+    /// environment is closed.
     ///
-    /// Returns what the caller runs once it has let go of that lock: cancelling the wrappers'
+    /// Returns what the caller runs once the directory is no longer busy: cancelling the wrappers'
     /// observations and ending the `updates` streams. Ending a stream runs its termination
     /// handler, which cancels its observer and lets go of what that holds — the key, its default,
-    /// user values whose `deinit` may open or close stores (the registry's lock: under it, that
-    /// waited for its own thread for ever) or do anything else.
+    /// user values whose `deinit` may open or close stores (while the directory is busy, an open
+    /// of this store would wait for its own thread for ever) or do anything else.
     func close() -> () -> Void {
         let tracked = trackedNames.withLock { names in
             defer { names = [:] }
@@ -107,9 +108,9 @@ final class StoreCore: Sendable {
         -> Databases
     {
         // A store that exists opens in a read transaction, also for writing: a write transaction
-        // would wait for LMDB's writer lock, that is for any other process's write to end, and
-        // the open runs under the registry's lock, which every open and close in this process
-        // takes (a 10 s transaction elsewhere held them all for 10 s).
+        // would wait for LMDB's writer lock, that is for any other process's write to end (a 10 s
+        // transaction elsewhere held the open 10 s; when opens ran under the registry's lock, it
+        // held every open and close in this process with it).
         if !readOnly {
             do {
                 let existing = try environment.withSetup(write: false) { transaction in

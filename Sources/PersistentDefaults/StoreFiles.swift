@@ -212,6 +212,18 @@ enum StoreFiles {
         return FileIdentity(info)
     }
 
+    /// The identity of the store directory at `path`; a directory that is gone (removed since
+    /// `canonicalPath` found it) is `notAStore`, as `canonicalPath` reports one missing.
+    static func directoryIdentity(_ path: String) throws(PersistentDefaultsError) -> FileIdentity {
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            let error = errno
+            if error == ENOENT { throw .notAStore(path: path, reason: "no such directory") }
+            throw .fileSystem(path: path, errno: error, operation: "stat")
+        }
+        return FileIdentity(info)
+    }
+
     /// The canonical absolute path of the store directory (a store's `path`); the directory is
     /// created first when `creating`.
     static func canonicalPath(_ path: String, creating: Bool) throws(PersistentDefaultsError) -> String {

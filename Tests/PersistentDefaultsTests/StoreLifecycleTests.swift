@@ -47,6 +47,146 @@ import Testing
         }
     }
 
+    /// Opens and last closes ran under one process-wide lock, so a store's creation that waited
+    /// for LMDB's writer lock — another process writing in the new environment — held up every
+    /// open and close of every other store in this process until that write ended. A second open
+    /// of the store being created waits for the creation and shares its store.
+    @Test func aStoreCreationWaitingForAnotherProcesssWriteHoldsUpNoOtherStore() throws {
+        try withTemporaryDirectory { base throws in
+            let slow = base + "/slow"
+            try FileManager.default.createDirectory(atPath: slow, withIntermediateDirectories: true)
+            let writer = try ChildProcess(fixture: ["hold-raw-write", slow])
+            defer { _ = writer.kill() }
+            #expect(writer.wait(for: "holding"))
+
+            // Two opens of the new store: one creates it and waits for LMDB's writer lock, the
+            // other waits for that open.
+            let threads = Guarded<[String]>([])
+            let results = Guarded<[Result<Void, any Error>]>([])
+            let created = DispatchSemaphore(value: 0)
+            for index in 0..<2 {
+                Thread.detachNewThread {
+                    threads.withLock { $0.append(Self.currentThreadDirectory()) }
+                    let result = Result {
+                        try PersistentDefaults(path: slow).set(
+                            index + 1, for: PersistentDefaults.Key<Int>("k\(index)", default: 0))
+                    }
+                    results.withLock { $0.append(result) }
+                    created.signal()
+                }
+            }
+            #expect(Self.waitUntilBlocked(threads: threads, count: 2), "the opens did not reach a wait")
+
+            // Meanwhile other stores open, write and close; a `.bounded` one's close syncs.
+            let others = DispatchSemaphore(value: 0)
+            let othersResult = Guarded<Result<Void, any Error>?>(nil)
+            Thread.detachNewThread {
+                othersResult.withLock { result in
+                    result = Result {
+                        var bounded = PersistentDefaults.Options()
+                        bounded.durability = .bounded(interval: .seconds(3600))
+                        for (name, options) in [("durable", PersistentDefaults.Options()), ("bounded", bounded)] {
+                            let key = PersistentDefaults.Key<Int>("k", default: 0)
+                            try PersistentDefaults(path: base + "/" + name, options: options).set(5, for: key)
+                            let again = try PersistentDefaults(path: base + "/" + name, options: options)
+                            guard again[key] == 5 else { throw CocoaError(.fileReadCorruptFile) }
+                        }
+                    }
+                }
+                others.signal()
+            }
+            let othersFinished = others.wait(timeout: .now() + 10) == .success
+            #expect(othersFinished, "other stores' opens waited for the creation of another")
+            #expect(results.withLock { $0.isEmpty }, "a creation finished while another process held the writer lock")
+            _ = writer.kill()
+            if !othersFinished { _ = others.wait(timeout: .now() + 30) }
+            #expect(throws: Never.self) { try othersResult.withLock { try $0?.get() } }
+
+            for _ in 0..<2 { #expect(created.wait(timeout: .now() + 30) == .success) }
+            for result in results.withLock({ $0 }) { #expect(throws: Never.self) { try result.get() } }
+            let store = try PersistentDefaults(path: slow)
+            #expect(store[PersistentDefaults.Key<Int>("k0", default: 0)] == 1)
+            #expect(store[PersistentDefaults.Key<Int>("k1", default: 0)] == 2)
+        }
+    }
+
+    /// 12 threads (on 2 cores) race to create, open, write and close 4 stores in empty
+    /// directories, through two paths each (the directory and a symbolic link to it), so opens meet
+    /// creations and last closes of the same store: each store is opened once at a time (its
+    /// lock file is open at most once), and every acknowledged write is there at the end.
+    @Test func racingCreationsOpensAndClosesOfNewStoresShareOneStoreEach() throws {
+        try withTemporaryDirectory { base throws in
+            let stores = 4
+            try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
+            let directories = (0..<stores).map { base + "/s\($0)" }
+            let links = (0..<stores).map { base + "/l\($0)" }
+            for index in 0..<stores {
+                try FileManager.default.createDirectory(atPath: directories[index], withIntermediateDirectories: false)
+                try FileManager.default.createSymbolicLink(
+                    atPath: links[index], withDestinationPath: directories[index])
+            }
+            let (threads, rounds) = (12, 40)
+            let lastValues = Guarded([[Int]](repeating: [Int](repeating: 0, count: stores), count: threads))
+            let failures = Events<String>()
+            let doubleOpens = Events<String>()
+            let done = DispatchGroup()
+            for thread in 0..<threads {
+                done.enter()
+                Thread.detachNewThread {
+                    defer { done.leave() }
+                    let own = PersistentDefaults.Key<Int>("t\(thread)", default: 0)
+                    for round in 1...rounds {
+                        let index = (thread + round) % stores
+                        let path = round.isMultiple(of: 2) ? directories[index] : links[index]
+                        do {
+                            let store = try PersistentDefaults(path: path)
+                            try store.set(round, for: own)
+                            lastValues.withLock { $0[thread][index] = round }
+                            if store[own] != round {
+                                failures.append("thread \(thread) read \(store[own]) for \(round)")
+                            }
+                            for open in Self.lockFilesOpenTwice(under: base) { doubleOpens.append(open) }
+                        } catch {
+                            failures.append("thread \(thread) round \(round): \(error)")
+                        }
+                    }
+                }
+            }
+            #expect(done.wait(timeout: .now() + 120) == .success)
+            #expect(failures.all.isEmpty, "\(failures.all.prefix(5))")
+            #expect(doubleOpens.all.isEmpty, "a lock file open twice: \(doubleOpens.all.prefix(5))")
+            let expected = lastValues.withLock { $0 }
+            for index in 0..<stores {
+                let store = try PersistentDefaults(path: directories[index])
+                for thread in 0..<threads {
+                    #expect(store[PersistentDefaults.Key<Int>("t\(thread)", default: 0)] == expected[thread][index])
+                }
+            }
+        }
+    }
+
+    /// The calling thread's directory in `/proc` ("PID/task/TID").
+    static func currentThreadDirectory() -> String {
+        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self")) ?? "self"
+    }
+
+    /// Waits (up to 10 s) until `count` threads have registered their `/proc` directories in
+    /// `threads` and each is in a `futex` wait (its `syscall` file starts with 202, x86-64's
+    /// `futex`): blocked on a lock or a condition.
+    static func waitUntilBlocked(threads: Guarded<[String]>, count: Int) -> Bool {
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            let ids = threads.withLock { $0 }
+            let blocked = ids.filter { id in
+                let state = try? String(contentsOfFile: "/proc/\(id)/syscall", encoding: .utf8)
+                return state?.hasPrefix("202 ") == true
+            }
+            if ids.count == count, blocked.count == count { return true }
+            sched_yield()
+        }
+        return false
+    }
+
     /// A writable open needs no reader slot: LMDB's write transaction takes none. While other
     /// processes' reads held every slot of the reader table, the open (which reads first)
     /// failed with readersFull, though this process could write.
@@ -155,6 +295,17 @@ extension StoreLifecycleTests {
             line.split(separator: " ", omittingEmptySubsequences: true).last.map(String.init)
         }.filter { $0.hasPrefix(directory + "/") }
         return (descriptors, mappings)
+    }
+
+    /// The lock files under `directory` that this process has open more than once, each with its
+    /// descriptor numbers. A listing is not atomic (a descriptor closed and its number reused by
+    /// another open between the listing and the link's read shows one file twice), so a lock
+    /// file counts as open twice only when three listings in a row show it under the same numbers.
+    static func lockFilesOpenTwice(under directory: String) -> [String] {
+        let listings = (0..<3).map { _ in lockFileDescriptors(under: directory) }
+        return listings[0].compactMap { path, numbers in
+            numbers.count > 1 && listings.allSatisfy({ $0[path] == numbers }) ? "\(path) \(numbers)" : nil
+        }
     }
 
     /// The descriptor numbers of this process that lead to a `lock.mdb` under `directory`, by path.
@@ -427,19 +578,13 @@ extension StoreLifecycleTests {
             #expect(setter.wait(for: "ack 1 1"))
             #expect(holder.wait(for: "holding"))
 
-            // Watches that each store's lock file is open at most once in this process. A listing
-            // is not atomic (a descriptor closed and its number reused by another open between
-            // the listing and the link's read shows one file twice), so a lock file counts as
-            // open twice only when three listings in a row show it under the same two numbers.
+            // Watches that each store's lock file is open at most once in this process.
             let sampling = Atomic<Bool>(true)
             let doubleOpens = Events<String>()
             let sampled = DispatchSemaphore(value: 0)
             Thread.detachNewThread {
                 while sampling.load(ordering: .relaxed) {
-                    let listings = (0..<3).map { _ in Self.lockFileDescriptors(under: base) }
-                    for (path, numbers) in listings[0] where numbers.count > 1 {
-                        if listings.allSatisfy({ $0[path] == numbers }) { doubleOpens.append("\(path) \(numbers)") }
-                    }
+                    for open in Self.lockFilesOpenTwice(under: base) { doubleOpens.append(open) }
                 }
                 sampled.signal()
             }

@@ -21,13 +21,14 @@ public struct RawLMDBError: Error, CustomStringConvertible {
     public var description: String { "\(operation) failed: \(String(cString: mdb_strerror(code))) (\(code))" }
 }
 
+private func check(_ code: Int32, _ operation: String) throws {
+    guard code == 0 else { throw RawLMDBError(operation: operation, code: code) }
+}
+
 /// Writes `entries` into the LMDB environment at `path` with LMDB alone, in one transaction
 /// (creating a database that is missing), as another LMDB client would: for tests of what the
 /// library and `pdinspect` make of bytes they did not write.
 public func rawLMDBPut(_ path: String, _ entries: [RawLMDBEntry]) throws {
-    func check(_ code: Int32, _ operation: String) throws {
-        guard code == 0 else { throw RawLMDBError(operation: operation, code: code) }
-    }
     var env: OpaquePointer?
     try check(mdb_env_create(&env), "mdb_env_create")
     // lmdb.h: "mdb_env_close must be called to discard the MDB_env handle" also when the
@@ -57,4 +58,17 @@ public func rawLMDBPut(_ path: String, _ entries: [RawLMDBEntry]) throws {
         throw error
     }
     try check(mdb_txn_commit(txn), "mdb_txn_commit")
+}
+
+/// Opens (creating) the LMDB environment at `path` with LMDB alone and runs `body` inside a write
+/// transaction, which holds LMDB's writer lock, then aborts it: another LMDB client's write.
+public func rawLMDBHoldingWrite(_ path: String, _ body: () throws -> Void) throws {
+    var env: OpaquePointer?
+    try check(mdb_env_create(&env), "mdb_env_create")
+    defer { mdb_env_close(env) }  // Also when the open fails (lmdb.h).
+    try check(mdb_env_open(env, path, 0, 0o600), "mdb_env_open")
+    var txn: OpaquePointer?
+    try check(mdb_txn_begin(env, nil, 0, &txn), "mdb_txn_begin")
+    defer { mdb_txn_abort(txn) }
+    try body()
 }

@@ -25,6 +25,9 @@ import PersistentDefaults
 //   pd-fixture hold-read DIR               holds a read snapshot, prints "holding", waits to be killed
 //   pd-fixture hold-write DIR              holds a write transaction (LMDB's writer lock), prints
 //                                          "holding", waits to be killed
+//   pd-fixture hold-raw-write DIR          creates an empty LMDB environment in DIR (no store)
+//                                          and holds a write transaction on it with LMDB alone,
+//                                          prints "holding", waits to be killed
 //   pd-fixture hold-writes DIR MS          holds write transactions of MS milliseconds each (each
 //                                          adds 1 to "held"), MS/4 apart, until killed; prints
 //                                          "holding" in the first one
@@ -158,6 +161,11 @@ func run(_ arguments: [String]) -> ToolExitCode {
         case ("hold-write", 2):
             let store = try PersistentDefaults(path: arguments[1], options: options())
             try store.write { _ in
+                say("holding")
+                while true { pause() }
+            }
+        case ("hold-raw-write", 2):
+            try rawLMDBHoldingWrite(arguments[1]) {
                 say("holding")
                 while true { pause() }
             }
