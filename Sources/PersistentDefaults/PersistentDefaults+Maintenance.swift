@@ -87,7 +87,9 @@ extension PersistentDefaults {
     /// each key's newest logged change matches the data, and every page of the file is a meta
     /// page, a page of a database or on LMDB's free-page list, once (a free list that names a
     /// page in use is what a power cut of a `.bounded` store can leave; only a writer reads it).
-    /// Returns one line per problem; an empty array means the store is consistent.
+    /// Returns one line per problem; an empty array means the store is consistent. A page that
+    /// LMDB cannot read (it fails an assertion or faults on it) throws
+    /// `lmdb(code: .assertionFailed or .faulted, …)` instead of ending the process.
     public func verify() throws -> [String] {
         try verifyContents() + (try core.pageAccountingProblem().map { [$0] } ?? [])
     }

@@ -17,6 +17,9 @@ import Testing
         /// The node of "k150" claims 16 MiB more data than it has: reading it runs past the end
         /// of the file (SIGBUS) or the map (SIGSEGV).
         case valueSizePastTheFile
+        /// The newest commit's main-database root page holds a fill pattern, as a power cut that
+        /// lost that page's write leaves it: looking a database name up faults.
+        case mainRootUnwritten
     }
 
     /// Fills a store with 300 keys in one commit, closes it, then damages its file.
@@ -31,6 +34,7 @@ import Testing
             }
         }
         let file = path + "/data.mdb"
+        if case .mainRootUnwritten = damage { return try overwriteMainDatabaseRoot(ofDataFile: file) }
         let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
         var bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: file)))
         var damaged = 0
@@ -49,6 +53,8 @@ import Testing
             case .valueSizePastTheFile:
                 guard bytes[at - 2] == 4, bytes[at - 1] == 0 else { continue }
                 bytes[at - 5] = 1  // The data size's high half (bytes 2–3 of the node) gains 256 << 16.
+            case .mainRootUnwritten:
+                continue  // Done above.
             }
             damaged += 1
         }
@@ -86,6 +92,39 @@ import Testing
             }
             #expect(done.wait(timeout: .now() + 60) == .success)
             #expect(failedElsewhere.withLock { $0 })
+        }
+    }
+
+    /// An app's process, not only `pdinspect`'s, gets an error from the open and from `verify()`
+    /// where LMDB follows a damaged page. Before the library installed its fault handler in every
+    /// process that opens a store, the open of a store whose main database's root page a power
+    /// cut left unwritten died of SIGSEGV, and so did `verify()` over the two faulting damages.
+    @Test(arguments: [
+        (Damage.leafMarkedBranch, "assertion"), (.nodeMarkedDuplicates, "faulted"), (.valueSizePastTheFile, "faulted"),
+        (.mainRootUnwritten, "faulted"),
+    ])
+    func anAppOpeningOrVerifyingADamagedStoreGetsAnError(damage: Damage, says: String) throws {
+        try withTemporaryDirectory { path throws in
+            try Self.damagedStore(at: path, damage)
+            let before = try Data(contentsOf: URL(fileURLWithPath: path + "/data.mdb"))
+            let result = try runProcess(Products.fixture, ["open-verify", path])
+            #expect(result.exitedNormally && result.status == ToolExitCode.storeError.rawValue, "\(result.output)")
+            #expect(result.output.contains(says) && result.output.contains("damaged"), "\(result.output)")
+            #expect(result.output.contains("opened") == (damage != .mainRootUnwritten), "\(result.output)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: path + "/data.mdb")) == before)
+        }
+    }
+
+    /// The fault handler acts only inside the library's guarded reads: the app's own fault, after
+    /// a store opened (and the handler was installed), still reaches the handler that was there
+    /// before and ends the process with SIGSEGV.
+    @Test func aFaultOutsideTheLibrarysGuardedReadsStillEndsTheProcess() throws {
+        try withTemporaryDirectory { path throws in
+            let result = try runProcess(Products.fixture, ["fault-after-open", path])
+            #expect(result.output.contains("opened"), "\(result.output)")
+            // Under ThreadSanitizer its handler was the one before: it reports the fault and exits.
+            let sanitizerReport = result.output.contains("SEGV on unknown address 0x000000000008")
+            #expect((!result.exitedNormally && result.status == SIGSEGV) || sanitizerReport, "\(result)")
         }
     }
 

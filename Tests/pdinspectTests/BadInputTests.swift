@@ -49,20 +49,7 @@ enum Damage: String, CaseIterable, Sendable {
         case .fileNotDirectory:
             return data
         case .mainRootUnwritten:
-            // Meta pages 0 and 1 (64-bit layout, as `DataFileHeader` reads it): the page size in
-            // the free database's `md_pad` at 40, the main database's root at 128, the
-            // transaction ID at 144; the newer meta page names the current root.
-            func integer(_ offset: Int) -> Int {
-                (0..<8).reduce(0) { $0 | Int(bytes[offset + $1]) << (8 * $1) }
-            }
-            let pageSize = integer(40) & 0xFFFF_FFFF
-            let newer = integer(pageSize + 144) > integer(144) ? pageSize : 0
-            let root = integer(newer + 128)
-            var damaged = bytes
-            for offset in 0..<pageSize {
-                damaged[root * pageSize + offset] = UInt8(truncatingIfNeeded: offset * 31 + 59)
-            }
-            try damaged.write(to: URL(fileURLWithPath: data))
+            try overwriteMainDatabaseRoot(ofDataFile: data)
         }
         return fixture.path
     }

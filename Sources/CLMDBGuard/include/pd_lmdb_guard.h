@@ -22,7 +22,8 @@
 
 /// From now on a fault inside a guarded call on any thread ends that call with PD_MDB_FAULT; a
 /// fault anywhere else goes to the disposition that was in place before (the Swift backtracer,
-/// the default). Process-wide: for tools that read stores which may be damaged (pdinspect).
+/// the default). Process-wide; the library calls it when it opens a store. A store may be damaged
+/// (a `.bounded` store after a power cut).
 /// Returns 0, or -1 with errno from sigaction.
 int pd_mdb_guard_faults(void);
 

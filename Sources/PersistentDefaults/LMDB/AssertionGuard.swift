@@ -5,15 +5,27 @@ import CLMDBGuard
     import Glibc
 #endif
 
-/// Makes an assertion LMDB fails on a damaged page, inside ``guardedCursorGet(_:_:_:_:)``, an
-/// error of that call instead of the end of the process. (`mdb_env_set_assert`)
+/// Makes an assertion LMDB fails on a damaged page, inside a guarded call
+/// (``guardedCursorGet(_:_:_:_:)``, the database lookups of `Transaction.openDatabase`), an error
+/// of that call instead of the end of the process (`mdb_env_set_assert`); and, once per process,
+/// a read fault (SIGSEGV, SIGBUS) inside one the same (``LMDBResultCode/faulted``).
+///
+/// LMDB trusts the pages it reads, and a damaged page — a `.bounded` store after a power cut,
+/// for one — can send it through a null or wild pointer. The fault handler acts only inside a
+/// guarded call on the faulting thread; any other fault puts back the handler that was there
+/// before (the Swift runtime's backtracer, the app's own, or none) and faults again into it, so
+/// a crash elsewhere looks as it did. Installed for every process that opens a store, not only
+/// for `pdinspect`: an app that opened a store whose main database's root page a power cut left
+/// unwritten died of SIGSEGV in the open (`anAppOpeningOrVerifyingADamagedStoreGetsAnError`).
 func installAssertionGuard(_ env: EnvironmentHandle) throws(PersistentDefaultsError) {
     try check(pd_mdb_install_assert_callback(env), "mdb_env_set_assert")
+    // Installed once (the call returns at once afterwards). Without it (sigaction failed, which
+    // it cannot for these signals), a fault ends the process as it would without the library.
+    _ = pd_mdb_guard_faults()
 }
 
 /// `mdb_cursor_get`, returning ``LMDBResultCode/assertionFailed`` where LMDB would have aborted
-/// the process (and ``LMDBResultCode/faulted`` where it faulted, after
-/// `guardReadsAgainstDamagedPages()`); ``lastAssertion`` then says which.
+/// the process and ``LMDBResultCode/faulted`` where it faulted; ``lastAssertion`` then says which.
 func guardedCursorGet(
     _ cursor: OpaquePointer, _ key: inout MDB_val, _ data: inout MDB_val, _ operation: MDB_cursor_op
 ) -> Int32 {
@@ -35,14 +47,3 @@ func checkGuarded(_ code: Int32, _ operation: @autoclosure () -> String) throws(
 
 /// Throws for a cursor step's code (``guardedCursorGet(_:_:_:_:)``).
 func checkCursorStep(_ code: Int32) throws(PersistentDefaultsError) { try checkGuarded(code, "mdb_cursor_get") }
-
-extension PersistentDefaults {
-    /// From now on, in this whole process, a read fault (SIGSEGV, SIGBUS) inside one of the
-    /// library's cursor reads ends that read with ``LMDBResultCode/faulted`` instead of the
-    /// process; faults elsewhere reach the handler that was there before. LMDB trusts the pages
-    /// it reads, and a damaged page can send it through a null or wild pointer. For tools that
-    /// open stores which may be damaged: `pdinspect` calls it first.
-    package static func guardReadsAgainstDamagedPages() throws(PersistentDefaultsError) {
-        guard pd_mdb_guard_faults() == 0 else { throw .fileSystem(path: "", errno: errno, operation: "sigaction") }
-    }
-}

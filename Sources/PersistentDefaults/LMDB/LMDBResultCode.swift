@@ -57,10 +57,13 @@ public struct LMDBResultCode: RawRepresentable, Hashable, Sendable, CustomString
     /// A database handle changed unexpectedly. (`MDB_BAD_DBI`)
     public static let badDatabaseHandle = Self(rawValue: MDB_BAD_DBI)
     /// LMDB failed one of its internal assertions while reading a damaged page. LMDB itself
-    /// aborts the process there; the library's cursor reads (iterating keys, the log, `verify()`,
-    /// `pdinspect`) turn it into this code instead. Not one of LMDB's codes.
+    /// aborts the process there; the library's guarded reads (the open's database lookups,
+    /// iterating keys, the log, `verify()`, `pdinspect`) turn it into this code instead. Not one
+    /// of LMDB's codes.
     public static let assertionFailed = Self(rawValue: PD_MDB_ASSERTION)
-    /// LMDB faulted (SIGSEGV, SIGBUS) following a damaged page, in a process that asked for such
-    /// faults to end the read instead of the process, as `pdinspect` does. Not one of LMDB's codes.
+    /// LMDB faulted (SIGSEGV, SIGBUS) following a damaged page inside one of the library's
+    /// guarded reads (the open's database lookups, iterating keys, the log, `verify()`), which
+    /// the library ends with this code instead of letting the fault end the process. Reads of
+    /// single values (`store[key]`) are not guarded. Not one of LMDB's codes.
     public static let faulted = Self(rawValue: PD_MDB_FAULT)
 }

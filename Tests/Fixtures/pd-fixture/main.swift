@@ -28,6 +28,11 @@ import PersistentDefaults
 //   pd-fixture hold-raw-write DIR          creates an empty LMDB environment in DIR (no store)
 //                                          and holds a write transaction on it with LMDB alone,
 //                                          prints "holding", waits to be killed
+//   pd-fixture open-verify DIR             opens DIR without creating it (prints "opened"), runs
+//                                          verify() and prints "problems N"; an error goes to
+//                                          standard error (exit 3)
+//   pd-fixture fault-after-open DIR        opens (creating) DIR, prints "opened", then writes to
+//                                          address 8 (must die of SIGSEGV)
 //   pd-fixture hold-writes DIR MS          holds write transactions of MS milliseconds each (each
 //                                          adds 1 to "held"), MS/4 apart, until killed; prints
 //                                          "holding" in the first one
@@ -169,6 +174,19 @@ func run(_ arguments: [String]) -> ToolExitCode {
                 say("holding")
                 while true { pause() }
             }
+        case ("open-verify", 2):
+            var existing = PersistentDefaults.Options()
+            existing.createIfMissing = false
+            let store = try PersistentDefaults(path: arguments[1], options: existing)
+            say("opened")
+            say("problems \(try store.verify().count)")
+        case ("fault-after-open", 2):
+            _ = try PersistentDefaults(path: arguments[1])
+            say("opened")
+            // Address 8, computed from the arguments so that the compiler cannot see it.
+            let unmapped = UnsafeMutablePointer<UInt8>(bitPattern: 4 * arguments.count)
+            unmapped?.pointee = 1
+            say("wrote to address \(4 * arguments.count)")
         case ("hold-writes", 3):
             guard let milliseconds = UInt32(arguments[2]) else { return .usage }
             try holdWrites(path: arguments[1], milliseconds: milliseconds)
