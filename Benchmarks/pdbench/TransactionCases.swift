@@ -68,18 +68,21 @@ private func transactions(count: Int, noSync: Bool = false, _ context: RunContex
 /// store's format, byte for byte in size — 17 bytes of header (format, time, process, change
 /// count) and per change a 2-byte name length, the name, a set mark, a 4-byte value length and
 /// the value — is reserved under the next big-endian sequence (`MDB_APPEND | MDB_RESERVE`) in a
-/// second named database, and the log is pruned as the store prunes it by bytes: when its pages
-/// (`mdb_stat`) pass the default `logRetentionBytes` (4 MiB) by a sixteenth, the oldest records
-/// go until they take at most 4 MiB. The store's figure over this one is what its Swift side
-/// costs. (Until 2026-12-01 this floor wrote 5 bytes a change fewer than the store — one
-/// overflow page a transaction — and deleted one record 200 back on every transaction.)
+/// second named database and written in place, and the log is pruned as the store prunes it by
+/// bytes: when its pages (`mdb_stat`) pass the default `logRetentionBytes` (4 MiB) by a
+/// sixteenth, the oldest records go until they take at most 4 MiB. The store's figure over this
+/// one is what its Swift side costs. The Swift around the C calls is kept to pointer stores: until
+/// 2026-12-01 (session 14) the record was built in an array (`append(contentsOf:)`, ~500
+/// instructions a key, callgrind) and copied, which counted Swift work as LMDB's; and until
+/// session 13 it wrote 5 bytes a change fewer than the store and deleted one record 200 back on
+/// every transaction.
 private final class LoggedFloor {
     private let lmdb: RawLMDB
     private let names: [[UInt8]]
     private let values: MDB_dbi
     private let log: MDB_dbi
     private var sequence: UInt64 = 0
-    private var record: [UInt8] = []
+    private let recordSize: Int
     private static let retentionBytes = 4 << 20
 
     init(path: String, noSync: Bool, names: [[UInt8]]) throws {
@@ -88,6 +91,14 @@ private final class LoggedFloor {
         self.names = names
         values = lmdb.named["values"] ?? 0
         log = lmdb.named["log"] ?? 0
+        recordSize = 17 + names.reduce(0) { $0 + 2 + $1.count + 1 + 4 + 9 }
+    }
+
+    /// The tagged Int the transaction of `round` stores for key `index`: tag 3, 8 bytes big-endian.
+    @inline(__always)
+    private func store(_ round: Int, _ index: Int, at target: UnsafeMutableRawPointer) {
+        target.storeBytes(of: 3, as: UInt8.self)
+        (target + 1).storeBytes(of: Int64(round &* names.count &+ index).bigEndian, as: Int64.self)
     }
 
     func transaction(round: Int) throws {
@@ -97,48 +108,50 @@ private final class LoggedFloor {
             guard let cursor = opened else { throw LMDBFailure(code: EINVAL, operation: "mdb_cursor_open") }
             defer { mdb_cursor_close(cursor) }
             sequence += 1
-            record.removeAll(keepingCapacity: true)
-            record.append(1)  // format
-            appendBigEndian(sequence)  // the store's timestamp takes these 8 bytes
-            appendBigEndian(UInt32(1))  // process ID
-            appendBigEndian(UInt32(names.count))
-            for (index, name) in names.enumerated() {
-                let payload = UInt64(bitPattern: Int64(round &* names.count &+ index))
-                var value: (UInt8, UInt64) = (3, payload.bigEndian)
-                try name.withUnsafeBytes { name in
-                    var key = MDB_val(mv_size: name.count, mv_data: UnsafeMutableRawPointer(mutating: name.baseAddress))
-                    var old = MDB_val()
-                    let found = mdb_cursor_get(cursor, &key, &old, MDB_SET_KEY) == 0
-                    try withUnsafeMutableBytes(of: &value) { bytes in
-                        // The tuple's payload starts at offset 8: tag at 7, then 8 bytes.
-                        bytes[7] = 3
-                        var data = MDB_val(mv_size: 9, mv_data: bytes.baseAddress! + 7)
+            var value: (UInt64, UInt64) = (0, 0)
+            try withUnsafeMutableBytes(of: &value) { tagged in
+                var data = MDB_val(mv_size: 9, mv_data: tagged.baseAddress)
+                for index in names.indices {
+                    store(round, index, at: tagged.baseAddress!)
+                    try names[index].withUnsafeBytes { name in
+                        var key = MDB_val(
+                            mv_size: name.count, mv_data: UnsafeMutableRawPointer(mutating: name.baseAddress))
+                        var old = MDB_val()
+                        let found = mdb_cursor_get(cursor, &key, &old, MDB_SET_KEY) == 0
                         try checkLMDB(
                             mdb_cursor_put(cursor, &key, &data, found ? UInt32(MDB_CURRENT) : 0), "mdb_cursor_put")
-                        appendBigEndian(UInt16(name.count))
-                        record.append(contentsOf: name)
-                        record.append(1)  // set mark
-                        appendBigEndian(UInt32(9))
-                        record.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[7..<16]))
                     }
                 }
             }
-            try putLog(transaction)
+            try putLog(transaction, round: round)
             try prune(transaction)
         }
     }
 
-    private func appendBigEndian<T: FixedWidthInteger>(_ integer: T) {
-        withUnsafeBytes(of: integer.bigEndian) { record.append(contentsOf: $0) }
-    }
-
-    private func putLog(_ transaction: OpaquePointer) throws {
+    /// Reserves the record under the next sequence and writes it in place, as the store does.
+    private func putLog(_ transaction: OpaquePointer, round: Int) throws {
         try withUnsafeBytes(of: sequence.bigEndian) { key in
             var keyValue = MDB_val(mv_size: 8, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
-            var data = MDB_val(mv_size: record.count, mv_data: nil)
+            var data = MDB_val(mv_size: recordSize, mv_data: nil)
             try checkLMDB(
                 mdb_put(transaction, log, &keyValue, &data, UInt32(MDB_APPEND | MDB_RESERVE)), "mdb_put(log)")
-            record.withUnsafeBytes { data.mv_data?.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+            guard var target = data.mv_data else { throw LMDBFailure(code: EINVAL, operation: "mdb_put(log)") }
+            target.storeBytes(of: 1, as: UInt8.self)  // format
+            (target + 1).storeBytes(of: sequence.bigEndian, as: UInt64.self)  // the store's timestamp
+            (target + 9).storeBytes(of: UInt32(1).bigEndian, as: UInt32.self)  // process ID
+            (target + 13).storeBytes(of: UInt32(names.count).bigEndian, as: UInt32.self)
+            target += 17
+            for index in names.indices {
+                names[index].withUnsafeBytes { name in
+                    target.storeBytes(of: UInt16(name.count).bigEndian, as: UInt16.self)
+                    (target + 2).copyMemory(from: name.baseAddress!, byteCount: name.count)
+                    target += 2 + name.count
+                }
+                target.storeBytes(of: 1, as: UInt8.self)  // set mark
+                (target + 1).storeBytes(of: UInt32(9).bigEndian, as: UInt32.self)
+                store(round, index, at: target + 5)
+                target += 14
+            }
         }
     }
 
