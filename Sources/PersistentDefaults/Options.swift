@@ -66,6 +66,12 @@ extension PersistentDefaults {
         /// Reader slots in the lock file (`mdb_env_set_maxreaders`), at least 1. Default 126,
         /// LMDB's default. Only the process that creates the lock file sets it.
         public var maxReaders = 126
+        /// How long a read waits for a free slot in LMDB's reader table when every slot is taken,
+        /// before it throws `lmdb(code: .readersFull, …)`. A thread that reads keeps its slot
+        /// between reads; a process empties the slots its threads have not read through for one
+        /// to two seconds, so a table that idle threads of other processes filled frees itself
+        /// within that time. Default 3 s; zero throws at once. Writes take no reader slot.
+        public var readerSlotWait: Duration = .seconds(3)
         /// How often a process with observers checks LMDB's transaction ID for commits that did
         /// not wake it: commits by writers that do not know the store's wake-up channel (Python's
         /// `lmdb`, versions of this library before it) and all commits when this process cannot

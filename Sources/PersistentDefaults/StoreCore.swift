@@ -56,7 +56,8 @@ final class StoreCore: Sendable {
         environment = try Environment(
             EnvironmentConfiguration(
                 path: path, readOnly: options.readOnly, noSync: noSync,
-                mapSize: max(options.initialMapSize, 64 << 10), maxReaders: options.maxReaders))
+                mapSize: max(options.initialMapSize, 64 << 10), maxReaders: options.maxReaders,
+                readerSlotWait: max(options.readerSlotWait, .zero)))
         reporter = ErrorReporter(handler: options.errorHandler)
         if files.createdData { try StoreFiles.restrictModes(in: path) }
         do {

@@ -189,7 +189,8 @@ enum StoreFiles {
         guard descriptor >= 0 else { return }
         // Closing a descriptor drops every `fcntl` lock this process holds on the file, LMDB's
         // reader lock on byte 0 included: safe only because no environment of this store is open
-        // in this process here (the store registry opens it once, under its lock).
+        // in this process here (the store registry opens a store only while it is not open, with
+        // its directory marked busy).
         defer { close(descriptor) }
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return }

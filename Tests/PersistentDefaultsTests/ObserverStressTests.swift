@@ -73,6 +73,7 @@ import Testing
     @Test func anObserverWhoseStartCannotBeReadGetsNoChangeFromBeforeItsRegistration() throws {
         var options = PersistentDefaults.Options()
         options.maxReaders = 4
+        options.readerSlotWait = .zero  // The full table's error at once, as the test expects.
         try withTemporaryStore(options: options) { store, _, log throws in
             for value in 1...10 { try store.set(value, for: Self.counter) }
             let release = Self.fillReaderTable(of: store, slots: 4)
@@ -118,6 +119,7 @@ import Testing
     private func deliveryAfterAFullReaderTable() throws -> Bool {
         var options = PersistentDefaults.Options()
         options.maxReaders = 4
+        options.readerSlotWait = .zero  // The full table's error at once, as the test expects.
         options.fallbackCheckInterval = .milliseconds(20)
         return try withTemporaryStore(options: options) { store, _, log throws in
             let entered = DispatchSemaphore(value: 0)

@@ -347,6 +347,7 @@ struct FaultReliabilityTests {
     @Test func aFullReaderTableGivesAClearErrorNotAHangAndFreesUp() throws {
         var options = PersistentDefaults.Options()
         options.maxReaders = 4
+        options.readerSlotWait = .milliseconds(200)  // The read waits that long, then throws.
         try withTemporaryStore(options: options) { store, _, _ throws in
             store[.launchCount] = 1
             let entered = DispatchSemaphore(value: 0)

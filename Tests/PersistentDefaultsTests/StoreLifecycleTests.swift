@@ -207,6 +207,41 @@ import Testing
         }
     }
 
+    /// Threads that read once and then sit idle (a thread pool, a thread per connection) keep a
+    /// reader slot each, up to a quarter of the table per process: four such processes filled
+    /// the table, and every read of every other process failed with readersFull for as long as
+    /// they lived (`pdinspect get` too), `store[key]` giving the default instead of the stored
+    /// value. Now each process empties its slots that stay idle (one to two seconds), and a read
+    /// that finds the table full waits for a slot (`readerSlotWait`, 3 s by default).
+    @Test func idleReadersOfOtherProcessesLeaveSlotsForNewReaders() throws {
+        try withTemporaryDirectory { path throws in
+            var options = PersistentDefaults.Options()
+            options.maxReaders = 8
+            let key = PersistentDefaults.Key<Int>("k", default: 0)
+            try PersistentDefaults(path: path, options: options).set(7, for: key)  // Closed at once.
+            // One after another, so that each finds two free slots: each keeps two (a quarter of
+            // the table), and the four fill it.
+            var processes: [ChildProcess] = []
+            defer { for process in processes { _ = process.kill() } }
+            for _ in 0..<4 {
+                let process = try ChildProcess(
+                    fixture: ["idle-readers", path, "2"], environment: ["PD_MAX_READERS": "8"])
+                processes.append(process)
+                #expect(process.wait(for: "idle, 0 reads failed"), "\(process.text)")
+            }
+            let store = try PersistentDefaults(path: path, options: options)
+            #expect(try store.value(for: key) == 7)
+            let others = Guarded<Int?>(nil)
+            let done = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                others.withLock { $0 = try? store.value(for: key) }
+                done.signal()
+            }
+            #expect(done.wait(timeout: .now() + 30) == .success)
+            #expect(others.withLock { $0 } == 7)
+        }
+    }
+
     @Test func aStoreReleasedByItsErrorHandlerOnTheFlushQueueCloses() throws {
         try withTemporaryDirectory { path in
             // Made here: the child's open then syncs nothing, and its first fdatasync is the flush's.

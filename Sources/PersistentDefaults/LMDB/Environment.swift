@@ -38,6 +38,8 @@ struct EnvironmentConfiguration: Sendable, Equatable {
     var noSync: Bool
     var mapSize: Int
     var maxReaders: Int
+    /// How long a read waits for a free reader slot (``PersistentDefaults/Options/readerSlotWait``).
+    var readerSlotWait: Duration = .seconds(3)
 }
 
 /// Facts about the environment (`MDB_envinfo`).
@@ -71,7 +73,7 @@ final class Environment: @unchecked Sendable {
     /// LMDB's page size in bytes.
     let pageSize: Int
     /// Reset read transactions kept per thread for reuse (`mdb_txn_reset` / `mdb_txn_renew`).
-    private let readerSlots: ReaderSlots
+    let readerSlots: ReaderSlots
     @exclusivity(unchecked) private var isClosed = false
     /// Why the environment became unusable (a failed map change that could not be undone), if so.
     private var brokenReason: String?
@@ -332,7 +334,9 @@ final class Environment: @unchecked Sendable {
             try check(code, "mdb_txn_renew")
         }
         do {
-            return try beginReadTransaction()
+            let begun = try beginReadTransaction()
+            readerSlots.armReaper()  // The slot keeps this transaction after the read.
+            return begun
         } catch {
             slot.release(keeping: nil)
             throw error
@@ -340,13 +344,15 @@ final class Environment: @unchecked Sendable {
     }
 
     /// `mdb_txn_begin` of a read transaction; when the reader table is full, the idle kept
-    /// transactions of other threads are aborted and the begin is tried once more.
+    /// transactions of other threads are aborted and the begin is tried again, for up to
+    /// `readerSlotWait` (other processes' idle slots are emptied within two reaper intervals).
     private func beginReadTransaction() throws -> TransactionHandle {
         var transaction: TransactionHandle?
         var code = mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &transaction)
         if code == MDB_READERS_FULL, readerSlots.reclaimIdle() > 0 {
             code = mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &transaction)
         }
+        if code == MDB_READERS_FULL { code = waitForReaderSlot(&transaction) }
         if code == MDB_SUCCESS, let begun = transaction, snapshotMayShowALaterCommit(begun) {
             mdb_txn_reset(begun)
             code = renewShowingItsLabel(begun)
@@ -358,6 +364,26 @@ final class Environment: @unchecked Sendable {
             throw PersistentDefaultsError.lmdb(code: .badTransaction, operation: "mdb_txn_begin")
         }
         return transaction
+    }
+
+    /// Begins a read transaction again and again, 1 ms apart at first and at most 50 ms, while
+    /// LMDB's reader table stays full and `readerSlotWait` has not passed. LMDB tells nobody when
+    /// a slot frees: the slots are other processes' (the reaper of each empties its idle ones)
+    /// or this process's (reclaimed here each time), so there is nothing to wait on but time.
+    @inline(never)
+    private func waitForReaderSlot(_ transaction: inout TransactionHandle?) -> Int32 {
+        let clock = ContinuousClock()
+        let deadline = clock.now + configuration.readerSlotWait
+        var pause = Duration.milliseconds(1)
+        var code = MDB_READERS_FULL
+        while code == MDB_READERS_FULL, clock.now < deadline {
+            let (seconds, attoseconds) = min(pause, deadline - clock.now).components
+            usleep(UInt32(clamping: seconds * 1_000_000 + attoseconds / 1_000_000_000_000))
+            pause = min(pause * 2, .milliseconds(50))
+            readerSlots.reclaimIdle()
+            code = mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &transaction)
+        }
+        return code
     }
 
     /// `mdb_txn_renew` of a reset read transaction, renewed again until its snapshot is the

@@ -1,4 +1,5 @@
 import CLMDB
+import Dispatch
 import Synchronization
 
 #if canImport(Glibc)
@@ -22,6 +23,12 @@ import Synchronization
 /// - A thread's transactions are aborted when the thread exits (a `pthread` key destructor).
 /// - When a read finds the reader table full, idle slots of other threads are emptied
 ///   (`reclaimIdle`) and the read is tried again.
+/// - A slot nobody read through for one to two ``reapInterval``s is emptied by a timer that runs
+///   only while some slot holds a transaction (`reap`): a table that idle threads of other
+///   processes filled frees itself, and their next reads begin transactions again. Before it,
+///   four processes whose threads had read once and then sat idle (a thread pool, a thread per
+///   connection) filled a table of 8 for as long as they lived, and every read of every other
+///   process failed (`idleReadersOfOtherProcessesLeaveSlotsForNewReaders`).
 /// - Closing the environment, adopting another map size and reopening after a failed map change
 ///   (all under the exclusive gate, so no read of this environment is running) empty every slot.
 ///
@@ -35,6 +42,15 @@ final class ReaderSlots: @unchecked Sendable {
     /// limit do not take the lock on every read.
     private let count = Atomic<Int>(0)
     let limit: Int
+    /// Whether a `reap` is scheduled; set by the first transaction a slot begins while none is.
+    private let reaperArmed = Atomic<Bool>(false)
+    /// Whether the reaper is armed (for tests).
+    var isReaperArmed: Bool { reaperArmed.load(ordering: .sequentiallyConsistent) }
+    /// How many slots the reaper emptied (for tests).
+    let reapedSlots = Atomic<Int>(0)
+    /// How often the timer looks at the slots while one holds a transaction: it marks idle slots
+    /// aged, and empties those still aged at its next look.
+    static let reapInterval: DispatchTimeInterval = .seconds(1)
 
     private struct State: @unchecked Sendable {
         // @unchecked Sendable: the slots are only touched under the lock or by their own thread.
@@ -103,6 +119,53 @@ final class ReaderSlots: @unchecked Sendable {
         }
     }
 
+    /// Arms the timer that empties slots nobody reads through, unless it is armed; called when a
+    /// slot begins a transaction, which it keeps afterwards. Sequentially consistent against
+    /// `reap`'s disarm-then-look: either this sees the timer disarmed or `reap` sees the slot.
+    func armReaper() {
+        guard !reaperArmed.load(ordering: .sequentiallyConsistent),
+            reaperArmed.compareExchange(expected: false, desired: true, ordering: .sequentiallyConsistent).exchanged
+        else { return }
+        scheduleReap()
+    }
+
+    private func scheduleReap() {
+        DispatchQueue.global(qos: .utility).asyncAfter(deadline: .now() + Self.reapInterval) { [weak self] in
+            self?.reap()
+        }
+    }
+
+    /// One look of the timer: empties the slots marked aged at the last look and still unused,
+    /// marks the idle ones aged, and looks again an interval later while any slot holds a
+    /// transaction. Under the lock, as `reclaimIdle`: close empties every slot under it first.
+    private func reap() {
+        let holding = lock.withLock { state -> Bool in
+            guard !isClosed.load(ordering: .relaxed) else { return false }
+            var holding = false
+            for entry in state.slots.values {
+                let slot = entry.takeUnretainedValue()
+                if slot.emptyIfAged() {
+                    reapedSlots.add(1, ordering: .relaxed)
+                    continue
+                }
+                if slot.age() || slot.state.load(ordering: .sequentiallyConsistent) != ReaderSlot.empty {
+                    holding = true
+                }
+            }
+            return holding
+        }
+        if holding { return scheduleReap() }
+        reaperArmed.store(false, ordering: .sequentiallyConsistent)
+        // A slot that began a transaction after the look above saw the timer still armed.
+        let began = lock.withLock { state in
+            !isClosed.load(ordering: .relaxed)
+                && state.slots.values.contains {
+                    $0.takeUnretainedValue().state.load(ordering: .sequentiallyConsistent) != ReaderSlot.empty
+                }
+        }
+        if began { armReaper() }
+    }
+
     /// Waits until no slot is busy: the exclusive side of ``TransactionGate``, after it raised its
     /// flag, so that no new read enters. Checks under the lock (a slot is freed only after it
     /// left the dictionary under the lock) but never waits holding it: a busy reader may need the
@@ -138,7 +201,7 @@ final class ReaderSlots: @unchecked Sendable {
 /// One thread's kept read transaction of one environment.
 ///
 /// `state` says who may touch `handle`: the owning thread while `busy`, the thread that moved
-/// it out of `idle` while `reclaiming`; nobody while `empty` but the owning thread, which
+/// it out of `idle` or `aged` while `reclaiming`; nobody while `empty` but the owning thread, which
 /// acquires that state before it stores a new handle. So `handle` is never touched by two
 /// threads without an ordering `state` change between them.
 final class ReaderSlot: @unchecked Sendable {
@@ -147,6 +210,8 @@ final class ReaderSlot: @unchecked Sendable {
     static let idle = 1
     static let busy = 2
     static let reclaiming = 3
+    /// Idle, and not read through since the reaper's last look (see ``ReaderSlots/armReaper()``).
+    static let aged = 4
 
     let owner: ReaderSlots
     let state = Atomic<Int>(ReaderSlot.empty)
@@ -180,15 +245,11 @@ final class ReaderSlot: @unchecked Sendable {
             if !state.compareExchange(
                 expected: ReaderSlot.idle, desired: ReaderSlot.busy, ordering: .sequentiallyConsistent
             ).exchanged {
-                previous = ReaderSlot.empty
-                guard
-                    state.compareExchange(
-                        expected: ReaderSlot.empty, desired: ReaderSlot.busy, ordering: .sequentiallyConsistent
-                    ).exchanged
-                else {
+                guard let taken = takeUnlessIdle() else {
                     // Only this thread makes the slot busy.
                     return state.load(ordering: .relaxed) == ReaderSlot.busy ? .nested : .unavailable
                 }
+                previous = taken
             }
             // A thread that holds the gate's shared side (inside `write {}` or `read {}`) must
             // not wait: the exclusive side waits for that very hold in `pthread_rwlock_wrlock`,
@@ -205,11 +266,32 @@ final class ReaderSlot: @unchecked Sendable {
     /// reclaimed: the caller uses a transaction of its own.
     @inline(__always)
     func acquire() -> Bool {
-        if state.compareExchange(expected: ReaderSlot.idle, desired: ReaderSlot.busy, ordering: .acquiring).exchanged {
+        if state.compareExchange(
+            expected: ReaderSlot.idle, desired: ReaderSlot.busy, ordering: .sequentiallyConsistent
+        ).exchanged {
             return true
         }
-        return state.compareExchange(expected: ReaderSlot.empty, desired: ReaderSlot.busy, ordering: .acquiring)
+        return takeUnlessIdle() != nil
+    }
+
+    /// Owner side, after the slot was not idle: makes an empty or aged slot busy and returns the
+    /// state it had; nil when it is busy (an outer read) or being reclaimed. Sequentially
+    /// consistent: a slot that turns busy here begins a transaction and arms the reaper
+    /// (`armReaper`), against the reaper's disarm-then-look.
+    @inline(never)
+    private func takeUnlessIdle() -> Int? {
+        if state.compareExchange(
+            expected: ReaderSlot.empty, desired: ReaderSlot.busy, ordering: .sequentiallyConsistent
+        )
+        .exchanged {
+            return ReaderSlot.empty
+        }
+        if state.compareExchange(expected: ReaderSlot.aged, desired: ReaderSlot.busy, ordering: .sequentiallyConsistent)
             .exchanged
+        {
+            return ReaderSlot.aged
+        }
+        return nil
     }
 
     /// Owner side: gives the slot back after `mdb_txn_reset` (or empty after an abort).
@@ -219,12 +301,27 @@ final class ReaderSlot: @unchecked Sendable {
         state.store(transaction == nil ? ReaderSlot.empty : ReaderSlot.idle, ordering: .releasing)
     }
 
-    /// Any side, with the environment open: aborts the idle transaction; true if there was one.
+    /// Any side, with the environment open: aborts the idle (or aged) transaction; true if there
+    /// was one.
     @discardableResult
     fileprivate func empty() -> Bool {
+        emptyIfAged() || empty(from: ReaderSlot.idle)
+    }
+
+    /// The reaper's side, with the environment open: aborts the transaction of a slot that stayed
+    /// aged since the reaper's last look; true if it did.
+    fileprivate func emptyIfAged() -> Bool { empty(from: ReaderSlot.aged) }
+
+    /// The reaper's side: marks an idle slot aged (its next read takes it back); true if it did.
+    fileprivate func age() -> Bool {
+        state.compareExchange(expected: ReaderSlot.idle, desired: ReaderSlot.aged, ordering: .sequentiallyConsistent)
+            .exchanged
+    }
+
+    private func empty(from expected: Int) -> Bool {
         guard
             state.compareExchange(
-                expected: ReaderSlot.idle, desired: ReaderSlot.reclaiming, ordering: .acquiringAndReleasing
+                expected: expected, desired: ReaderSlot.reclaiming, ordering: .acquiringAndReleasing
             ).exchanged
         else { return false }
         if let handle { mdb_txn_abort(handle) }

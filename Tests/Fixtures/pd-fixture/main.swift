@@ -1,6 +1,7 @@
 import Foundation
 import PDTestSupport
 import PersistentDefaults
+import Synchronization
 
 // A child process for the tests and tools: writes to a store the way another process would.
 //
@@ -33,6 +34,9 @@ import PersistentDefaults
 //                                          standard error (exit 3)
 //   pd-fixture fault-after-open DIR        opens (creating) DIR, prints "opened", then writes to
 //                                          address 8 (must die of SIGSEGV)
+//   pd-fixture idle-readers DIR THREADS    THREADS threads each read "k" once, in turn, then wait (idle,
+//                                          keeping what a read keeps); prints "idle, N reads failed",
+//                                          waits to be killed
 //   pd-fixture hold-writes DIR MS          holds write transactions of MS milliseconds each (each
 //                                          adds 1 to "held"), MS/4 apart, until killed; prints
 //                                          "holding" in the first one
@@ -187,6 +191,27 @@ func run(_ arguments: [String]) -> ToolExitCode {
             let unmapped = UnsafeMutablePointer<UInt8>(bitPattern: 4 * arguments.count)
             unmapped?.pointee = 1
             say("wrote to address \(4 * arguments.count)")
+        case ("idle-readers", 3):
+            guard let threads = Int(arguments[2]) else { return .usage }
+            let store = try PersistentDefaults(path: arguments[1], options: options())
+            let read = DispatchSemaphore(value: 0)
+            let failures = Atomic<Int>(0)
+            for _ in 0..<threads {
+                // One after another: no read waits for a slot that another thread of this
+                // process holds for a moment (and then empties kept ones to get it).
+                Thread.detachNewThread {
+                    do {
+                        _ = try store.value(for: PersistentDefaults.Key<Int>("k", default: 0))
+                    } catch {
+                        failures.add(1, ordering: .relaxed)
+                    }
+                    read.signal()
+                    while true { pause() }
+                }
+                read.wait()
+            }
+            say("idle, \(failures.load(ordering: .relaxed)) reads failed")
+            while true { pause() }
         case ("hold-writes", 3):
             guard let milliseconds = UInt32(arguments[2]) else { return .usage }
             try holdWrites(path: arguments[1], milliseconds: milliseconds)
