@@ -104,14 +104,21 @@ import Testing
         (.mainRootUnwritten, "faulted"),
     ])
     func anAppOpeningOrVerifyingADamagedStoreGetsAnError(damage: Damage, says: String) throws {
+        let output = try Self.storeErrorOnDamagedStore(damage, Products.fixture, ["open-verify"])
+        #expect(output.contains(says) && output.contains("damaged"), "\(output)")
+        #expect(output.contains("opened") == (damage != .mainRootUnwritten), "\(output)")
+    }
+
+    /// Runs `product` with `arguments` and the path of a store damaged by `damage`; expects it
+    /// to exit with a store error and leave `data.mdb` as it was. Returns what it printed.
+    static func storeErrorOnDamagedStore(_ damage: Damage, _ product: URL, _ arguments: [String]) throws -> String {
         try withTemporaryDirectory { path throws in
-            try Self.damagedStore(at: path, damage)
+            try damagedStore(at: path, damage)
             let before = try Data(contentsOf: URL(fileURLWithPath: path + "/data.mdb"))
-            let result = try runProcess(Products.fixture, ["open-verify", path])
+            let result = try runProcess(product, arguments + [path])
             #expect(result.exitedNormally && result.status == ToolExitCode.storeError.rawValue, "\(result.output)")
-            #expect(result.output.contains(says) && result.output.contains("damaged"), "\(result.output)")
-            #expect(result.output.contains("opened") == (damage != .mainRootUnwritten), "\(result.output)")
             #expect(try Data(contentsOf: URL(fileURLWithPath: path + "/data.mdb")) == before)
+            return result.output
         }
     }
 
@@ -132,14 +139,8 @@ import Testing
         (Damage.leafMarkedBranch, "assertion"), (.nodeMarkedDuplicates, "faulted"), (.valueSizePastTheFile, "faulted"),
     ])
     func pdinspectCheckPrintsOneLineAndExitsWithAStoreError(damage: Damage, says: String) throws {
-        try withTemporaryDirectory { path throws in
-            try Self.damagedStore(at: path, damage)
-            let before = try Data(contentsOf: URL(fileURLWithPath: path + "/data.mdb"))
-            let result = try runProcess(Products.pdinspect, ["check", path])
-            #expect(result.exitedNormally && result.status == ToolExitCode.storeError.rawValue, "\(result.output)")
-            #expect(result.output.contains(says), "\(result.output)")
-            #expect(result.output.split(separator: "\n").count == 1, "\(result.output)")
-            #expect(try Data(contentsOf: URL(fileURLWithPath: path + "/data.mdb")) == before)
-        }
+        let output = try Self.storeErrorOnDamagedStore(damage, Products.pdinspect, ["check"])
+        #expect(output.contains(says), "\(output)")
+        #expect(output.split(separator: "\n").count == 1, "\(output)")
     }
 }

@@ -187,15 +187,24 @@ import Testing
         return false
     }
 
+    /// Makes a store at `path` whose lock file has `maxReaders` slots and whose "k" holds 7, and
+    /// closes it; returns the options it was made with and the key.
+    static func storeHolding7(at path: String, maxReaders: Int) throws
+        -> (PersistentDefaults.Options, PersistentDefaults.Key<Int>)
+    {
+        var options = PersistentDefaults.Options()
+        options.maxReaders = maxReaders
+        let key = PersistentDefaults.Key<Int>("k", default: 0)
+        try PersistentDefaults(path: path, options: options).set(7, for: key)  // Closed at once.
+        return (options, key)
+    }
+
     /// A writable open needs no reader slot: LMDB's write transaction takes none. While other
     /// processes' reads held every slot of the reader table, the open (which reads first)
     /// failed with readersFull, though this process could write.
     @Test func aWritableOpenSucceedsWhileOtherProcessesHoldEveryReaderSlot() throws {
         try withTemporaryDirectory { path throws in
-            var options = PersistentDefaults.Options()
-            options.maxReaders = 2
-            let key = PersistentDefaults.Key<Int>("k", default: 0)
-            try PersistentDefaults(path: path, options: options).set(7, for: key)  // Closed at once.
+            let (options, key) = try Self.storeHolding7(at: path, maxReaders: 2)
             let holders = try (0..<2).map { _ in
                 try ChildProcess(fixture: ["hold-read", path], environment: ["PD_MAX_READERS": "2"])
             }
@@ -215,10 +224,7 @@ import Testing
     /// that finds the table full waits for a slot (`readerSlotWait`, 3 s by default).
     @Test func idleReadersOfOtherProcessesLeaveSlotsForNewReaders() throws {
         try withTemporaryDirectory { path throws in
-            var options = PersistentDefaults.Options()
-            options.maxReaders = 8
-            let key = PersistentDefaults.Key<Int>("k", default: 0)
-            try PersistentDefaults(path: path, options: options).set(7, for: key)  // Closed at once.
+            let (options, key) = try Self.storeHolding7(at: path, maxReaders: 8)
             // One after another, so that each finds two free slots: each keeps two (a quarter of
             // the table), and the four fill it.
             var processes: [ChildProcess] = []
