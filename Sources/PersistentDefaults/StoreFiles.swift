@@ -23,6 +23,13 @@ struct FileIdentity: Hashable, Sendable {
         guard fstat(descriptor, &info) == 0 else { return nil }
         self.init(info)
     }
+
+    /// The identity of the file at `path`; nil when `stat` fails (`errno` says why).
+    init?(path: String) {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        self.init(info)
+    }
 }
 
 /// The directory and files of a store, and their permissions.
@@ -207,22 +214,17 @@ enum StoreFiles {
     }
 
     /// The identity of the store's `data.mdb` in the directory `path`; nil when it has none.
-    static func dataFileIdentity(in path: String) -> FileIdentity? {
-        var info = stat()
-        guard stat(path + "/" + dataFile, &info) == 0 else { return nil }
-        return FileIdentity(info)
-    }
+    static func dataFileIdentity(in path: String) -> FileIdentity? { FileIdentity(path: path + "/" + dataFile) }
 
     /// The identity of the store directory at `path`; a directory that is gone (removed since
     /// `canonicalPath` found it) is `notAStore`, as `canonicalPath` reports one missing.
     static func directoryIdentity(_ path: String) throws(PersistentDefaultsError) -> FileIdentity {
-        var info = stat()
-        guard stat(path, &info) == 0 else {
+        guard let identity = FileIdentity(path: path) else {
             let error = errno
             if error == ENOENT { throw .notAStore(path: path, reason: "no such directory") }
             throw .fileSystem(path: path, errno: error, operation: "stat")
         }
-        return FileIdentity(info)
+        return identity
     }
 
     /// The canonical absolute path of the store directory (a store's `path`); the directory is

@@ -83,12 +83,9 @@ enum StoreRegistry {
                 registry.state.stores[file] = entry
                 return (entry.core, key)
             }
-            registry.state.markBusy(directory)
-            condition.unlock()
-            let opened = Result { try StoreCore(path: key, options: options, temporary: temporary) }
-            condition.lock()
-            registry.state.unmarkBusy(directory)
-            condition.broadcast()
+            let opened = outsideTheLock(busy: directory) {
+                Result { try StoreCore(path: key, options: options, temporary: temporary) }
+            }
             let core = try opened.get()
             registry.state.stores[core.environment.dataFile] = Entry(core: core, handles: 1, directory: directory)
             return (core, key)
@@ -114,13 +111,20 @@ enum StoreRegistry {
             return
         }
         registry.state.stores[file] = nil
-        registry.state.markBusy(entry.directory)
-        condition.unlock()
-        let afterClose = core.close()
-        condition.lock()
-        registry.state.unmarkBusy(entry.directory)
-        condition.broadcast()
+        let afterClose = outsideTheLock(busy: entry.directory) { core.close() }
         condition.unlock()
         afterClose()
+    }
+
+    /// Runs `body` with `directory` marked busy and the lock let go; call it holding the lock,
+    /// which it holds again when it returns, after waking the opens that wait for the directory.
+    private static func outsideTheLock<R>(busy directory: FileIdentity, _ body: () -> R) -> R {
+        registry.state.markBusy(directory)
+        registry.condition.unlock()
+        let result = body()
+        registry.condition.lock()
+        registry.state.unmarkBusy(directory)
+        registry.condition.broadcast()
+        return result
     }
 }

@@ -13,17 +13,6 @@ import Testing
 @Suite struct ReaderSlotReaperTests {
     static let counter = PersistentDefaults.Key<Int>("counter", default: 0)
 
-    /// Polls `condition` until it holds or `seconds` pass (the reaper's work has no event of its
-    /// own to wait on: it shows only in LMDB's reader table).
-    static func eventually(within seconds: Double, _ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while !condition() {
-            if Date() > deadline { return false }
-            usleep(10_000)
-        }
-        return true
-    }
-
     /// Threads that read once and then idle give their reader slots back within two of the
     /// reaper's intervals, their next reads work, and the reaper stops once no slot holds a
     /// transaction (an idle process is not woken).
@@ -51,15 +40,15 @@ import Testing
         // Kept (unless this thread was held up past the reaper's two looks).
         let reapedBefore = slots.reapedSlots.load(ordering: .relaxed)
         #expect(ours() >= 1 || reapedBefore > 0, "\(store.readerTable())")
-        #expect(Self.eventually(within: 10) { ours() == 0 }, "\(store.readerTable())")
+        #expect(eventually(timeout: 10) { ours() == 0 }, "\(store.readerTable())")
         #expect(slots.reapedSlots.load(ordering: .relaxed) >= 1)
-        #expect(Self.eventually(within: 10) { !slots.isReaperArmed })
+        #expect(eventually(timeout: 10) { !slots.isReaperArmed })
         store[Self.counter] = 4
         for _ in 0..<threads { again.signal() }
         #expect(done.wait(timeout: .now() + 10) == .success)
         #expect(values.withLock { $0 } == Array(repeating: 3, count: threads) + Array(repeating: 4, count: threads))
         // Those reads kept slots again and armed the reaper again, which empties them again.
-        #expect(Self.eventually(within: 10) { ours() == 0 && !slots.isReaperArmed }, "\(store.readerTable())")
+        #expect(eventually(timeout: 10) { ours() == 0 && !slots.isReaperArmed }, "\(store.readerTable())")
     }
 
     /// The reaper marks and empties slots while more threads than cores read through them, with a
@@ -94,7 +83,7 @@ import Testing
                 // idle meanwhile), then read on through a slot that begins again.
                 if index % 2 == 0, reads == 2_000 {
                     let before = slots.reapedSlots.load(ordering: .relaxed)
-                    _ = Self.eventually(within: 10) { slots.reapedSlots.load(ordering: .relaxed) > before }
+                    _ = eventually(timeout: 10) { slots.reapedSlots.load(ordering: .relaxed) > before }
                 }
             }
         }

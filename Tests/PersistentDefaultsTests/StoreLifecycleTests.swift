@@ -174,17 +174,14 @@ import Testing
     /// `threads` and each is in a `futex` wait (its `syscall` file starts with 202, x86-64's
     /// `futex`): blocked on a lock or a condition.
     static func waitUntilBlocked(threads: Guarded<[String]>, count: Int) -> Bool {
-        let deadline = Date().addingTimeInterval(10)
-        while Date() < deadline {
+        eventually(timeout: 10) {
             let ids = threads.withLock { $0 }
-            let blocked = ids.filter { id in
-                let state = try? String(contentsOfFile: "/proc/\(id)/syscall", encoding: .utf8)
-                return state?.hasPrefix("202 ") == true
-            }
-            if ids.count == count, blocked.count == count { return true }
-            sched_yield()
+            return ids.count == count
+                && ids.allSatisfy { id in
+                    let state = try? String(contentsOfFile: "/proc/\(id)/syscall", encoding: .utf8)
+                    return state?.hasPrefix("202 ") == true
+                }
         }
-        return false
     }
 
     /// Makes a store at `path` whose lock file has `maxReaders` slots and whose "k" holds 7, and
