@@ -1,11 +1,60 @@
 import CLMDB
 import Foundation
 
-/// An Int as the store keeps it: the `int` tag (3), then the value big-endian (9 bytes).
+/// Writes an Int as the store keeps it at `target`: the `int` tag (3), then the value big-endian
+/// (9 bytes).
+@inline(__always)
+func storeTaggedInt(_ value: Int, at target: UnsafeMutableRawPointer) {
+    target.storeBytes(of: 3, as: UInt8.self)
+    (target + 1).storeBytes(of: Int64(value).bigEndian, as: Int64.self)
+}
+
+/// An Int as the store keeps it (``storeTaggedInt(_:at:)``), in an array.
 func taggedInt(_ value: Int) -> [UInt8] {
-    var tagged = [UInt8](repeating: 3, count: 9)
-    withUnsafeBytes(of: Int64(value).bigEndian) { tagged.replaceSubrange(1..<9, with: $0) }
-    return tagged
+    [UInt8](unsafeUninitializedCapacity: 9) { bytes, count in
+        storeTaggedInt(value, at: UnsafeMutableRawPointer(bytes.baseAddress!))
+        count = 9
+    }
+}
+
+/// The size of a log record in the store's format whose changes set Int keys with these names:
+/// 17 bytes of header, then per change a 2-byte name length, the name, a set mark, a 4-byte
+/// value length and the 9-byte tagged value.
+func loggedIntRecordSize<Names: Collection<[UInt8]>>(_ names: Names) -> Int {
+    17 + names.reduce(0) { $0 + 2 + $1.count + 1 + 4 + 9 }
+}
+
+/// Puts a log record in the store's format, as the store does: reserved in the database `log`
+/// under `sequence` big-endian (`MDB_APPEND | MDB_RESERVE`) and written in place with pointer
+/// stores. Its header holds format 1, `sequence` where the store writes its timestamp, process 1
+/// and the change count; change `i` sets `names[i]` to the tagged Int `value(i)`. `size` is
+/// ``loggedIntRecordSize(_:)`` of `names`.
+@inline(__always)
+func putLoggedIntRecord<Names: Collection<[UInt8]>>(
+    _ transaction: OpaquePointer, log: MDB_dbi, sequence: UInt64, size: Int, names: Names, value: (Int) -> Int
+) throws {
+    try withUnsafeBytes(of: sequence.bigEndian) { key in
+        var keyValue = MDB_val(mv_size: 8, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
+        var data = MDB_val(mv_size: size, mv_data: nil)
+        try checkLMDB(mdb_put(transaction, log, &keyValue, &data, UInt32(MDB_APPEND | MDB_RESERVE)), "mdb_put(log)")
+        guard var target = data.mv_data else { throw LMDBFailure(code: EINVAL, operation: "mdb_put(log)") }
+        target.storeBytes(of: 1, as: UInt8.self)  // format
+        (target + 1).storeBytes(of: sequence.bigEndian, as: UInt64.self)  // the store's timestamp
+        (target + 9).storeBytes(of: UInt32(1).bigEndian, as: UInt32.self)  // process ID
+        (target + 13).storeBytes(of: UInt32(names.count).bigEndian, as: UInt32.self)
+        target += 17
+        for (index, name) in names.enumerated() {
+            name.withUnsafeBytes { name in
+                target.storeBytes(of: UInt16(name.count).bigEndian, as: UInt16.self)
+                (target + 2).copyMemory(from: name.baseAddress!, byteCount: name.count)
+                target += 2 + name.count
+            }
+            target.storeBytes(of: 1, as: UInt8.self)  // set mark
+            (target + 1).storeBytes(of: UInt32(9).bigEndian, as: UInt32.self)
+            storeTaggedInt(value(index), at: target + 5)
+            target += 14
+        }
+    }
 }
 
 /// LMDB doing exactly its part of a store's single-key set of an Int, through the C API, so that
@@ -15,7 +64,7 @@ func taggedInt(_ value: Int) -> [UInt8] {
 ///   tagged value replaces it where the cursor stands (`MDB_CURRENT`; a plain put the first time);
 /// - one log record — 17 bytes of header (format, time, process, change count) and the change
 ///   (2-byte name length, name, set mark, 4-byte value length, value) — is reserved and written
-///   in the named database `log` under the next big-endian sequence (`MDB_APPEND | MDB_RESERVE`);
+///   in the named database `log` under the next big-endian sequence (`putLoggedIntRecord`);
 /// - every 64th commit deletes, through a cursor from the first record, the records past the
 ///   newest 10,000 (the store's default `logRetention` and its pruning slack).
 final class LoggedSetFloor {
@@ -47,43 +96,13 @@ final class LoggedSetFloor {
                     var data = MDB_val(mv_size: 9, mv_data: UnsafeMutableRawPointer(mutating: tagged.baseAddress))
                     try checkLMDB(
                         mdb_cursor_put(cursor, &key, &data, found ? UInt32(MDB_CURRENT) : 0), "mdb_cursor_put")
-                    sequence += 1
-                    try appendRecord(transaction, name: name, value: tagged)
                 }
             }
+            sequence += 1
+            try putLoggedIntRecord(
+                transaction, log: log, sequence: sequence, size: loggedIntRecordSize(CollectionOfOne(name)),
+                names: CollectionOfOne(name), value: { _ in value })
             if sequence > Self.retention, sequence % Self.slack == 0 { try prune(transaction) }
-        }
-    }
-
-    private func appendRecord(
-        _ transaction: OpaquePointer, name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer
-    ) throws {
-        try withUnsafeBytes(of: sequence.bigEndian) { key in
-            var keyValue = MDB_val(mv_size: 8, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
-            var data = MDB_val(mv_size: 17 + 2 + name.count + 1 + 4 + value.count, mv_data: nil)
-            try checkLMDB(
-                mdb_put(transaction, log, &keyValue, &data, UInt32(MDB_APPEND | MDB_RESERVE)), "mdb_put(log)")
-            guard let base = data.mv_data else { throw LMDBFailure(code: EINVAL, operation: "mdb_put(log)") }
-            var offset = 0
-            func append<T: FixedWidthInteger>(_ integer: T) {
-                withUnsafeBytes(of: integer.bigEndian) {
-                    (base + offset).copyMemory(from: $0.baseAddress!, byteCount: $0.count)
-                }
-                offset += MemoryLayout<T>.size
-            }
-            func append(_ bytes: UnsafeRawBufferPointer) {
-                (base + offset).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
-                offset += bytes.count
-            }
-            append(UInt8(1))
-            append(UInt64(sequence))
-            append(UInt32(1))
-            append(UInt32(1))
-            append(UInt16(name.count))
-            append(name)
-            append(UInt8(1))
-            append(UInt32(value.count))
-            append(value)
         }
     }
 

@@ -91,14 +91,7 @@ private final class LoggedFloor {
         self.names = names
         values = lmdb.named["values"] ?? 0
         log = lmdb.named["log"] ?? 0
-        recordSize = 17 + names.reduce(0) { $0 + 2 + $1.count + 1 + 4 + 9 }
-    }
-
-    /// The tagged Int the transaction of `round` stores for key `index`: tag 3, 8 bytes big-endian.
-    @inline(__always)
-    private func store(_ round: Int, _ index: Int, at target: UnsafeMutableRawPointer) {
-        target.storeBytes(of: 3, as: UInt8.self)
-        (target + 1).storeBytes(of: Int64(round &* names.count &+ index).bigEndian, as: Int64.self)
+        recordSize = loggedIntRecordSize(names)
     }
 
     func transaction(round: Int) throws {
@@ -112,7 +105,7 @@ private final class LoggedFloor {
             try withUnsafeMutableBytes(of: &value) { tagged in
                 var data = MDB_val(mv_size: 9, mv_data: tagged.baseAddress)
                 for index in names.indices {
-                    store(round, index, at: tagged.baseAddress!)
+                    storeTaggedInt(round &* names.count &+ index, at: tagged.baseAddress!)
                     try names[index].withUnsafeBytes { name in
                         var key = MDB_val(
                             mv_size: name.count, mv_data: UnsafeMutableRawPointer(mutating: name.baseAddress))
@@ -123,35 +116,10 @@ private final class LoggedFloor {
                     }
                 }
             }
-            try putLog(transaction, round: round)
+            try putLoggedIntRecord(
+                transaction, log: log, sequence: sequence, size: recordSize, names: names,
+                value: { round &* names.count &+ $0 })
             try prune(transaction)
-        }
-    }
-
-    /// Reserves the record under the next sequence and writes it in place, as the store does.
-    private func putLog(_ transaction: OpaquePointer, round: Int) throws {
-        try withUnsafeBytes(of: sequence.bigEndian) { key in
-            var keyValue = MDB_val(mv_size: 8, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
-            var data = MDB_val(mv_size: recordSize, mv_data: nil)
-            try checkLMDB(
-                mdb_put(transaction, log, &keyValue, &data, UInt32(MDB_APPEND | MDB_RESERVE)), "mdb_put(log)")
-            guard var target = data.mv_data else { throw LMDBFailure(code: EINVAL, operation: "mdb_put(log)") }
-            target.storeBytes(of: 1, as: UInt8.self)  // format
-            (target + 1).storeBytes(of: sequence.bigEndian, as: UInt64.self)  // the store's timestamp
-            (target + 9).storeBytes(of: UInt32(1).bigEndian, as: UInt32.self)  // process ID
-            (target + 13).storeBytes(of: UInt32(names.count).bigEndian, as: UInt32.self)
-            target += 17
-            for index in names.indices {
-                names[index].withUnsafeBytes { name in
-                    target.storeBytes(of: UInt16(name.count).bigEndian, as: UInt16.self)
-                    (target + 2).copyMemory(from: name.baseAddress!, byteCount: name.count)
-                    target += 2 + name.count
-                }
-                target.storeBytes(of: 1, as: UInt8.self)  // set mark
-                (target + 1).storeBytes(of: UInt32(9).bigEndian, as: UInt32.self)
-                store(round, index, at: target + 5)
-                target += 14
-            }
         }
     }
 
