@@ -115,8 +115,20 @@ enum StoreFiles {
                 throw .fileSystem(path: parent, errno: errno == 0 ? EIO : errno, operation: "mkdir")
             }
         }
-        guard mkdir(path, 0o700) == 0 || errno == EEXIST else {
-            throw .fileSystem(path: path, errno: errno, operation: "mkdir")
+        if mkdir(path, 0o700) != 0 {
+            let error = errno
+            guard error == EEXIST else { throw .fileSystem(path: path, errno: error, operation: "mkdir") }
+            // Made meanwhile by another opener, or a symbolic link that leads nowhere (`mkdir`
+            // does not follow it; `chmod` would, and fail with "No such file or directory").
+            var info = stat()
+            if stat(path, &info) != 0 {
+                let error = errno
+                var link = stat()
+                if error == ENOENT, lstat(path, &link) == 0, link.st_mode & S_IFMT == S_IFLNK {
+                    throw .notAStore(path: path, reason: "a symbolic link to a missing directory")
+                }
+                throw .fileSystem(path: path, errno: error, operation: "stat")
+            }
         }
         // mkdir applies the umask; the mode must not depend on it.
         guard chmod(path, 0o700) == 0 else { throw .fileSystem(path: path, errno: errno, operation: "chmod") }

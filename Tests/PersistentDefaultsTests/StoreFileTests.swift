@@ -39,6 +39,27 @@ private func mode(_ path: String) throws -> Int {
         }
     }
 
+    /// A store path that is a symbolic link to a missing directory: `mkdir` met the link and
+    /// `chmod` followed it, so the open failed with "chmod: No such file or directory". A loop of
+    /// links gets `stat`'s error. Nothing is created at either end of the link.
+    @Test func aSymbolicLinkThatLeadsNowhereIsRefusedWithAClearError() throws {
+        try withTemporaryDirectory { path throws in
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            let link = path + "/store"
+            try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: path + "/missing")
+            #expect(
+                throws: PersistentDefaultsError.notAStore(path: link, reason: "a symbolic link to a missing directory")
+            ) { try PersistentDefaults(path: link) }
+            #expect(!FileManager.default.fileExists(atPath: path + "/missing"))
+            let loop = path + "/loop"
+            try FileManager.default.createSymbolicLink(atPath: loop, withDestinationPath: loop)
+            #expect(throws: PersistentDefaultsError.fileSystem(path: loop, errno: ELOOP, operation: "stat")) {
+                try PersistentDefaults(path: loop)
+            }
+            #expect(try FileManager.default.contentsOfDirectory(atPath: path).sorted() == ["loop", "store"])
+        }
+    }
+
     @Test func readOnlyNeverCreatesAStore() throws {
         try withTemporaryDirectory { path throws in
             #expect(throws: PersistentDefaultsError.notAStore(path: path, reason: "no such directory")) {
