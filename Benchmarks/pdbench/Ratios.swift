@@ -110,11 +110,16 @@ func computeRatios(_ rows: [Measurement]) -> [Ratio] {
         "bounded set (int), interleaved: store bounded / raw LMDB MDB_NOSYNC", target: "≤ 1.2×",
         p50("set/int/bounded-interleaved/store-bounded"), p50("set/int/bounded-interleaved/raw-lmdb-nosync"),
         describe: "(p50)", met: { $0 <= 1.2 })
-    floorRatios(
-        "bounded set (int)",
-        names: ("LMDB's own part of the store's set / raw LMDB MDB_NOSYNC", "store / LMDB's own part of its set"),
-        store: "set/int/bounded-interleaved/store-bounded", floor: "set/int/bounded-interleaved/raw-lmdb-logged",
-        raw: "set/int/bounded-interleaved/raw-lmdb-nosync")
+    for (mode, store, raw) in [("durable", "store-sync", "raw-lmdb"), ("bounded", "store-bounded", "raw-lmdb-nosync")] {
+        let prefix = "set/int/\(mode)-interleaved/"
+        floorRatios(
+            "\(mode) set (int)",
+            names: (
+                "LMDB's own part of the store's set / raw LMDB\(mode == "bounded" ? " MDB_NOSYNC" : "")",
+                "store / LMDB's own part of its set"
+            ),
+            store: prefix + store, floor: prefix + "raw-lmdb-logged", raw: prefix + raw)
+    }
     ratio(
         "transaction of 10 keys: store.write / raw LMDB", target: "none",
         p50("transaction/10-keys/store-write"), p50("transaction/10-keys/raw-lmdb"), describe: "(p50)", met: nil)
