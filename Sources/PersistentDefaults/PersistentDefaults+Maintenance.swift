@@ -72,7 +72,9 @@ extension PersistentDefaults {
     /// Writes a consistent copy of the store into the directory `destination`, which must exist
     /// and be empty; with `compact`, free pages are left out (`mdb_env_copyfd2` with `MDB_CP_COMPACT`).
     /// The copy's `data.mdb` has mode 0600 from its creation, as the store's own files, whatever
-    /// the umask; when the copy fails, no `data.mdb` is left in `destination`.
+    /// the umask; when the copy fails, no `data.mdb` is left in `destination`. When this returns
+    /// the copy is on disk: its `data.mdb` and the directory entry are `fsync`ed, so a power cut
+    /// right after it leaves the whole copy.
     ///
     /// ```swift
     /// try FileManager.default.createDirectory(atPath: backup, withIntermediateDirectories: true)

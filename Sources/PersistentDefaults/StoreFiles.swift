@@ -155,8 +155,14 @@ enum StoreFiles {
     }
 
     /// Creates the file `path` with mode 0600 whatever the umask, failing when it exists (as
-    /// `mdb_env_copy2` does), and passes its descriptor to `write`. The file is removed again when
-    /// `write` throws, and closed on every path.
+    /// `mdb_env_copy2` does), and passes its descriptor to `write`. Returns once the file and its
+    /// directory entry are on disk: the file is `fsync`ed, then its directory. The file is removed
+    /// again when `write` or a sync throws, and closed on every path.
+    ///
+    /// Without the syncs a power cut soon after the return could leave an empty or partial file
+    /// (or none): `mdb_env_copyfd2` only writes, and fsync(2): "Calling fsync() does not
+    /// necessarily ensure that the entry in the directory containing the file has also reached
+    /// disk. For that an explicit fsync() on a file descriptor for the directory is also needed."
     static func writeNewPrivateFile(_ path: String, _ write: (Int32) throws -> Void) throws {
         let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
@@ -168,6 +174,9 @@ enum StoreFiles {
                 throw PersistentDefaultsError.fileSystem(path: path, errno: errno, operation: "fchmod")
             }
             try write(descriptor)
+            guard fsync(descriptor) == 0 else {
+                throw PersistentDefaultsError.fileSystem(path: path, errno: errno, operation: "fsync")
+            }
         } catch {
             close(descriptor)
             unlink(path)
@@ -177,6 +186,25 @@ enum StoreFiles {
             let error = errno
             unlink(path)
             throw PersistentDefaultsError.fileSystem(path: path, errno: error, operation: "close")
+        }
+        do {
+            try syncDirectory(parentDirectory(of: path))
+        } catch {
+            unlink(path)
+            throw error
+        }
+    }
+
+    /// `fsync`s the directory `path` ("" is the working directory), so that the entries made in
+    /// it are on disk. A file system that cannot sync a directory (EINVAL) is left as it is:
+    /// nothing more can be done there.
+    static func syncDirectory(_ path: String) throws(PersistentDefaultsError) {
+        let directory = path.isEmpty ? "." : path
+        let descriptor = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw .fileSystem(path: directory, errno: errno, operation: "open") }
+        defer { close(descriptor) }
+        guard fsync(descriptor) == 0 || errno == EINVAL else {
+            throw .fileSystem(path: directory, errno: errno, operation: "fsync")
         }
     }
 

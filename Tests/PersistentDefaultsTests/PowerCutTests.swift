@@ -1,5 +1,6 @@
 import Foundation
 import PDTestSupport
+import PersistentDefaults
 import Testing
 
 /// `pcdisk.so`, compiled once from tools/power-cut-disk/pcdisk.c into a temporary directory;
@@ -64,6 +65,40 @@ struct PowerCutTests {
         #expect(result.status == 0, "\(result.output)")
         #expect(result.output.contains("the self-test passed"), "\(result.output)")
         #expect((figure("acknowledged commits missing (required)", in: result.output) ?? 0) > 0, "\(result.output)")
+    }
+
+    /// A copy (`copy(to:compact:)`, what `pdinspect compact` writes) is on disk when the call
+    /// returns: a power cut right after it, on a disk that loses every unsynced write, leaves
+    /// the whole copy. Before, nothing synced it and the cut left an empty `data.mdb`.
+    @Test(.enabled(if: simulatedDisk != nil, "needs gcc for the simulated disk"))
+    func aCopyIsOnDiskWhenItReturns() throws {
+        try withTemporaryDirectory { base throws in
+            let source = base + "/store"
+            let copy = base + "/copy"
+            let keys = (0..<50).map { PersistentDefaults.Key<Int>("k\($0)", default: -1) }
+            try PersistentDefaults(path: source).write { transaction in
+                for (index, key) in keys.enumerated() { transaction[key] = index }
+            }
+            try FileManager.default.createDirectory(atPath: copy, withIntermediateDirectories: false)
+            let child = try ChildProcess(
+                Products.fixture, ["copy-and-hold", source, copy],
+                environment: [
+                    "LD_PRELOAD": simulatedDisk ?? "", "PCDISK_CUT_AT_INPUT_END": "1", "PCDISK_KEEP": "0",
+                    "PCDISK_SEED": "1",
+                ],
+                input: .open, errors: .separate)
+            defer { child.kill() }
+            #expect(child.wait(for: "copied"), "\(child.text) \(child.errorText)")
+            child.closeInput()  // The cut.
+            #expect(child.waitForExit(timeout: 20))
+            #expect(child.waitForOutputEnd(timeout: 20))
+            #expect(child.errorText.contains("pcdisk: cut"), "\(child.errorText)")
+            var existing = PersistentDefaults.Options()
+            existing.createIfMissing = false
+            let copied = try PersistentDefaults(path: copy, options: existing)
+            #expect(try copied.read { snapshot in keys.map { snapshot[$0] } } == Array(0..<50))
+            #expect(try copied.verify().isEmpty)
+        }
     }
 
     @Test func cutLinesAndTimedAcknowledgementsParse() throws {

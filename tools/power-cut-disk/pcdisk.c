@@ -63,6 +63,8 @@
  * version, older an older one, reverted their durable content; meta tells whether a meta page
  * (the first two 4 KiB pages) kept a newer version; forgotten counts versions dropped beyond
  * PCDISK_VERSIONS; p is the keep probability). Without PCDISK_CUT_AFTER_US nothing is cut.
+ * PCDISK_CUT_AT_INPUT_END=1 instead cuts when the process's standard input ends (the cutting
+ * thread reads it to its end), so that a test can cut right after the writer said it is done.
  * PCDISK_SEED (decimal) seeds every choice, so a cut can be repeated from its seed given the
  * same writes.
  */
@@ -386,11 +388,25 @@ static void *cutter(void *argument) {
     return NULL;
 }
 
+/* PCDISK_CUT_AT_INPUT_END: cuts once standard input ends (or cannot be read). */
+static void *cutter_at_input_end(void *argument) {
+    (void)argument;
+    char buffer[256];
+    for (;;) {
+        ssize_t got = read(0, buffer, sizeof buffer);
+        if (got == 0 || (got < 0 && errno != EINTR)) break;
+    }
+    cut();
+    return NULL;
+}
+
 static void start_cutter(void) {
     const char *after = getenv("PCDISK_CUT_AFTER_US");
-    if (!after) return;
+    const char *at_input_end = getenv("PCDISK_CUT_AT_INPUT_END");
+    int on_input = at_input_end && strcmp(at_input_end, "1") == 0;
+    if (!after && !on_input) return;
     static uint64_t deadline;
-    deadline = now_ns() + strtoull(after, NULL, 10) * 1000u;
+    deadline = after ? now_ns() + strtoull(after, NULL, 10) * 1000u : 0;
     pthread_t thread;
     pthread_attr_t attributes;
     pthread_attr_init(&attributes);
@@ -398,7 +414,9 @@ static void start_cutter(void) {
     sigset_t all, previous;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &previous); /* the thread takes no signal meant for the process */
-    if (pthread_create(&thread, &attributes, cutter, &deadline) != 0) die("pthread_create");
+    if (pthread_create(&thread, &attributes, on_input ? cutter_at_input_end : cutter, &deadline) != 0) {
+        die("pthread_create");
+    }
     pthread_sigmask(SIG_SETMASK, &previous, NULL);
     pthread_attr_destroy(&attributes);
 }

@@ -29,6 +29,9 @@ import Synchronization
 //   pd-fixture hold-raw-write DIR          creates an empty LMDB environment in DIR (no store)
 //                                          and holds a write transaction on it with LMDB alone,
 //                                          prints "holding", waits to be killed
+//   pd-fixture copy-and-hold DIR OUT       opens DIR read-only, copies it into the directory OUT
+//                                          (compacted), prints "copied", waits to be killed (the
+//                                          simulated disk's cut at the end of its input)
 //   pd-fixture open-verify DIR             opens DIR without creating it (prints "opened"), runs
 //                                          verify() and prints "problems N"; an error goes to
 //                                          standard error (exit 3)
@@ -178,6 +181,14 @@ func run(_ arguments: [String]) -> ToolExitCode {
                 say("holding")
                 while true { pause() }
             }
+        case ("copy-and-hold", 3):
+            // Read-only: the simulated disk then watches only the copy's data.mdb.
+            var readOnly = PersistentDefaults.Options()
+            readOnly.readOnly = true
+            let store = try PersistentDefaults(path: arguments[1], options: readOnly)
+            try store.copy(to: arguments[2], compact: true)
+            say("copied")
+            while true { pause() }
         case ("open-verify", 2):
             var existing = PersistentDefaults.Options()
             existing.createIfMissing = false
