@@ -45,7 +45,12 @@ final class StoreCore: Sendable {
     /// Whether the store's directory is removed when it closes (a temporary store).
     let isTemporary: Bool
 
-    init(path: String, options: PersistentDefaults.Options, temporary: Bool = false) throws {
+    /// `createdDirectories`: the directories whose entries the open changed when it made the
+    /// store's directory (`StoreFiles.canonicalPath(_:creating:noting:)`), synced with the store
+    /// directory once the store exists.
+    init(
+        path: String, options: PersistentDefaults.Options, temporary: Bool = false, createdDirectories: [String] = []
+    ) throws {
         self.path = path
         isTemporary = temporary
         self.options = options
@@ -68,6 +73,18 @@ final class StoreCore: Sendable {
             // leaves an empty or half-built file (`tools/power-cut`: 476 of 802 damaged
             // `.bounded` stores were cut before their first sync). The creation is synced now.
             if noSync, environment.localCommits.load(ordering: .acquiring) > 0 { try environment.sync() }
+            // The new files' and directories' entries, which syncing `data.mdb` does not make
+            // durable (fsync(2): "Calling fsync() does not necessarily ensure that the entry in
+            // the directory containing the file has also reached disk"): without this a power cut
+            // after the first `.sync` commit returned could lose the whole store. Once, at the
+            // creation; a temporary store is removed at its close, so it is left out.
+            if !temporary {
+                var directories = files.createdData ? [path] : []
+                for directory in createdDirectories where !directories.contains(directory) {
+                    directories.append(directory)
+                }
+                for directory in directories { try StoreFiles.syncDirectory(directory) }
+            }
         } catch {
             environment.close()
             throw error

@@ -50,7 +50,7 @@ enum StoreFiles {
             let error = errno
             guard error == ENOENT else { throw .fileSystem(path: path, errno: error, operation: "stat") }
             guard creating else { throw .notAStore(path: path, reason: "no such directory") }
-            try createDirectory(path)
+            _ = try createDirectory(path)
         } else if info.st_mode & S_IFMT != S_IFDIR {
             throw .notAStore(path: path, reason: "not a directory")
         }
@@ -106,7 +106,16 @@ enum StoreFiles {
     }
 
     /// Creates the directory and its missing parents; the store directory itself gets 0700.
-    private static func createDirectory(_ path: String) throws(PersistentDefaultsError) {
+    /// Returns the directories whose entries changed: `path`, each missing parent, and the first
+    /// parent that existed ("" for the working directory).
+    private static func createDirectory(_ path: String) throws(PersistentDefaultsError) -> [String] {
+        var changed = [path]
+        var ancestor = parentDirectory(of: path)
+        while !ancestor.isEmpty, ancestor != changed.last, access(ancestor, F_OK) != 0 {
+            changed.append(ancestor)
+            ancestor = parentDirectory(of: ancestor)
+        }
+        if ancestor != changed.last { changed.append(ancestor) }
         let parent = parentDirectory(of: path)
         if !parent.isEmpty, parent != path, access(parent, F_OK) != 0 {
             do {
@@ -132,6 +141,7 @@ enum StoreFiles {
         }
         // mkdir applies the umask; the mode must not depend on it.
         guard chmod(path, 0o700) == 0 else { throw .fileSystem(path: path, errno: errno, operation: "chmod") }
+        return changed
     }
 
     /// The directory that holds `path`, or "" for a relative path of one component. (Foundation's
@@ -196,12 +206,16 @@ enum StoreFiles {
     }
 
     /// `fsync`s the directory `path` ("" is the working directory), so that the entries made in
-    /// it are on disk. A file system that cannot sync a directory (EINVAL) is left as it is:
-    /// nothing more can be done there.
+    /// it are on disk. A directory this process may not read (EACCES: a parent of mode 0311
+    /// lets it create a store but not open the parent) and a file system that cannot sync a
+    /// directory (EINVAL) are left as they are: nothing more can be done there.
     static func syncDirectory(_ path: String) throws(PersistentDefaultsError) {
         let directory = path.isEmpty ? "." : path
         let descriptor = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard descriptor >= 0 else { throw .fileSystem(path: directory, errno: errno, operation: "open") }
+        guard descriptor >= 0 else {
+            if errno == EACCES { return }
+            throw .fileSystem(path: directory, errno: errno, operation: "open")
+        }
         defer { close(descriptor) }
         guard fsync(descriptor) == 0 || errno == EINVAL else {
             throw .fileSystem(path: directory, errno: errno, operation: "fsync")
@@ -270,15 +284,35 @@ enum StoreFiles {
     /// The canonical absolute path of the store directory (a store's `path`); the directory is
     /// created first when `creating`.
     static func canonicalPath(_ path: String, creating: Bool) throws(PersistentDefaultsError) -> String {
+        var created: [String] = []
+        return try canonicalPath(path, creating: creating, noting: &created)
+    }
+
+    /// `canonicalPath`, adding to `created` the canonical paths of the directories whose entries
+    /// its creation of the directory changed: the directory, each missing parent it made, and
+    /// the first parent that existed (for ``syncDirectory(_:)`` once the store is made).
+    static func canonicalPath(_ path: String, creating: Bool, noting created: inout [String])
+        throws(PersistentDefaultsError) -> String
+    {
         guard !path.isEmpty else { throw .notAStore(path: path, reason: "the path is empty") }
         // A C string ends at the first NUL: every file call would see another, shorter path.
         guard !path.utf8.contains(0) else { throw .notAStore(path: path, reason: "the path contains a NUL byte") }
-        if creating, access(path, F_OK) != 0 { try createDirectory(path) }
-        guard let resolved = realpath(path, nil) else {
+        if creating, access(path, F_OK) != 0 {
+            for directory in try createDirectory(path) {
+                if let resolved = resolvedPath(directory.isEmpty ? "." : directory) { created.append(resolved) }
+            }
+        }
+        guard let resolved = resolvedPath(path) else {
             let error = errno
             if error == ENOENT { throw .notAStore(path: path, reason: "no such directory") }
             throw .fileSystem(path: path, errno: error, operation: "realpath")
         }
+        return resolved
+    }
+
+    /// `realpath`; nil when it fails (`errno` says why).
+    private static func resolvedPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
         defer { free(resolved) }
         return String(cString: resolved)
     }

@@ -60,10 +60,12 @@ enum StoreRegistry {
         let condition = registry.condition
         condition.lock()
         defer { condition.unlock() }
+        // The directories this open made, to sync once the store exists.
+        var created: [String] = []
         while true {
             // Again after each wait: the busy store may have been a temporary one, whose close
             // removed the directory.
-            let key = try StoreFiles.canonicalPath(path, creating: options.creates)
+            let key = try StoreFiles.canonicalPath(path, creating: options.creates, noting: &created)
             let directory = try StoreFiles.directoryIdentity(key)
             if registry.state.busy[directory] != nil {
                 condition.wait()
@@ -84,7 +86,9 @@ enum StoreRegistry {
                 return (entry.core, key)
             }
             let opened = outsideTheLock(busy: directory) {
-                Result { try StoreCore(path: key, options: options, temporary: temporary) }
+                Result {
+                    try StoreCore(path: key, options: options, temporary: temporary, createdDirectories: created)
+                }
             }
             let core = try opened.get()
             registry.state.stores[core.environment.dataFile] = Entry(core: core, handles: 1, directory: directory)

@@ -145,6 +145,53 @@ let canTrace: Bool = {
         }
     }
 
+    /// A new store's directory entries are synced before its first commit returns: the store
+    /// directory (`data.mdb`, `lock.mdb`, `notify`), and each directory the open made, up to the
+    /// first that existed. Syncing `data.mdb` does not make its entry durable (fsync(2)), so a
+    /// power cut after an acknowledged `.sync` set could lose the whole store; nothing synced a
+    /// directory before. Opening the store again syncs no directory.
+    @Test(
+        .enabled(if: canTrace, "needs strace with ptrace permitted (tools/setup installs strace)"),
+        arguments: ["sync", "bounded"])
+    func aNewStoresDirectoryEntriesAreSyncedBeforeItsFirstCommitReturns(durability: String) throws {
+        try withTemporaryDirectory { base throws in
+            try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: false)
+            let path = base + "/new/store"
+            let environment = ["PD_DURABILITY": durability]
+            let created = try tracedCalls(of: ["set-int", path, "k", "1"], environment: environment)
+            let synced = Set(created.compactMap { $0.name == "fsync" ? $0.file : nil })
+            #expect(synced.isSuperset(of: [path, base + "/new", base]), "directories synced: \(synced.sorted())")
+            // Before the set's commit: every directory sync comes before the last write of data.mdb.
+            let lastWrite = created.lastIndex { $0.file == path + "/data.mdb" && $0.name.hasPrefix("pwrite") }
+            let lastDirectorySync = created.lastIndex { $0.name == "fsync" && !$0.file.hasSuffix(".mdb") }
+            #expect((lastDirectorySync ?? .max) < (lastWrite ?? -1), "\(created.suffix(8))")
+            let reopened = try tracedCalls(of: ["set-int", path, "k", "2"], environment: environment)
+            #expect(!reopened.contains { $0.name == "fsync" && !$0.file.hasSuffix(".mdb") }, "\(reopened)")
+            #expect(try PersistentDefaults(path: path).value(for: PersistentDefaults.Key<Int>("k", default: 0)) == 2)
+        }
+    }
+
+    /// Runs `pd-fixture arguments` under strace; returns its write and sync calls, each with the
+    /// path of the descriptor it used (lines look like `1234  fsync(5</tmp/…/store>) = 0`).
+    private func tracedCalls(of arguments: [String], environment: [String: String]) throws
+        -> [(name: String, file: String)]
+    {
+        let trace = temporaryPath("pd-trace")
+        defer { try? FileManager.default.removeItem(atPath: trace) }
+        let result = try runProcess(
+            URL(fileURLWithPath: "/usr/bin/strace"),
+            ["-f", "-y", "-qq", "-o", trace, "-e", "trace=pwrite64,pwritev,fdatasync,fsync"]
+                + [Products.fixture.path] + arguments, environment: environment)
+        #expect(result.status == 0 && result.exitedNormally, "\(result.output)")
+        return try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n").compactMap { line in
+            guard let call = line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first,
+                let open = call.firstIndex(of: "("), let start = line.firstIndex(of: "<"),
+                let end = line[start...].firstIndex(of: ">")
+            else { return nil }
+            return (String(call[..<open]), String(line[line.index(after: start)..<end]))
+        }
+    }
+
     /// Runs `pd-fixture arguments` under strace; returns the names of its write and sync calls on
     /// `data.mdb`, in order (lines look like `1234  fdatasync(4</tmp/…/data.mdb>) = 0`).
     private func dataFileCalls(of arguments: [String], path: String) throws -> [String] {
