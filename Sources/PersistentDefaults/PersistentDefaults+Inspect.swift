@@ -51,6 +51,14 @@ extension PersistentDefaults {
         try core.environment.withRead { try core.storedEntries(prefix: prefix, in: $0) }
     }
 
+    /// `fsync`s the directory that holds `path`, so that an entry just made or renamed there is
+    /// on disk (fsync(2): syncing a file does not make its directory entry durable); for
+    /// `pdinspect export`, which renames its file into place. A file system that cannot sync a
+    /// directory is left as it is.
+    package static func syncDirectory(containing path: String) throws(PersistentDefaultsError) {
+        try StoreFiles.syncDirectory(StoreFiles.parentDirectory(of: path))
+    }
+
     /// Checks, without opening it, that `path` holds a complete store: a directory with a
     /// non-empty `data.mdb` whose meta pages are valid and whose pages are all present.
     /// Throws ``PersistentDefaultsError/notAStore(path:reason:)`` or a file-system error.

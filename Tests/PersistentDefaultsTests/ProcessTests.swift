@@ -171,17 +171,41 @@ let canTrace: Bool = {
         }
     }
 
-    /// Runs `pd-fixture arguments` under strace; returns its write and sync calls, each with the
-    /// path of the descriptor it used (lines look like `1234  fsync(5</tmp/…/store>) = 0`).
-    private func tracedCalls(of arguments: [String], environment: [String: String]) throws
-        -> [(name: String, file: String)]
-    {
+    /// `pdinspect export` writes a temporary file and renames it into place; the rename is an
+    /// entry of the directory, which syncing the file does not make durable, so a power cut after
+    /// the command ended could leave the old file or none. The directory is synced after the
+    /// rename (nothing synced it before).
+    @Test(.enabled(if: canTrace, "needs strace with ptrace permitted (tools/setup installs strace)"))
+    func anExportsDirectoryEntryIsSyncedBeforeTheCommandEnds() throws {
+        try withTemporaryDirectory { path throws in
+            do {
+                let store = try PersistentDefaults(path: path)
+                store[PersistentDefaults.Key<Int>("k", default: 0)] = 3
+            }
+            let directory = temporaryPath("pd-export")
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let file = directory + "/settings.json"
+            let calls = try tracedCalls(of: ["export", path, file], executable: Products.pdinspect, environment: [:])
+            let fileSync = calls.firstIndex { $0.name == "fsync" && $0.file.hasPrefix(file + ".pdinspect-") }
+            let directorySync = calls.firstIndex { $0.name == "fsync" && $0.file == directory }
+            #expect(fileSync != nil && directorySync != nil && fileSync! < directorySync!, "\(calls)")
+            #expect(try String(contentsOfFile: file, encoding: .utf8).contains("\"k\""))
+        }
+    }
+
+    /// Runs `executable arguments` (the fixture unless told) under strace; returns its write and
+    /// sync calls, each with the path of the descriptor it used (lines look like
+    /// `1234  fsync(5</tmp/…/store>) = 0`).
+    private func tracedCalls(
+        of arguments: [String], executable: URL = Products.fixture, environment: [String: String]
+    ) throws -> [(name: String, file: String)] {
         let trace = temporaryPath("pd-trace")
         defer { try? FileManager.default.removeItem(atPath: trace) }
         let result = try runProcess(
             URL(fileURLWithPath: "/usr/bin/strace"),
             ["-f", "-y", "-qq", "-o", trace, "-e", "trace=pwrite64,pwritev,fdatasync,fsync"]
-                + [Products.fixture.path] + arguments, environment: environment)
+                + [executable.path] + arguments, environment: environment)
         #expect(result.status == 0 && result.exitedNormally, "\(result.output)")
         return try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n").compactMap { line in
             guard let call = line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first,

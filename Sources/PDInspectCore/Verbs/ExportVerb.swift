@@ -65,7 +65,8 @@ struct ExportVerb: VerbCommand {
     }
 
     /// Writes `data` to `path` with mode 0600, through a temporary file renamed into place, so
-    /// that the file is never readable by others and never half written.
+    /// that the file is never readable by others and never half written; the file and then its
+    /// directory are synced, so that the export is on disk when the command ends.
     private static func writePrivateFile(_ path: String, _ data: Data) throws(CommandFailure) {
         let temporary = path + ".pdinspect-\(getpid())"
         func failure(_ operation: String) -> CommandFailure {
@@ -95,6 +96,12 @@ struct ExportVerb: VerbCommand {
             let error = failure("rename into")
             unlink(temporary)
             throw error
+        }
+        // The rename is an entry of the directory, which syncing the file did not make durable.
+        do {
+            try PersistentDefaults.syncDirectory(containing: path)
+        } catch {
+            throw CommandFailure(.unavailable, "wrote \(path) but cannot sync its directory: \(error)")
         }
     }
 }
