@@ -13,8 +13,12 @@ import Synchronization
 /// then each new one as the library's commit observer delivers it (``PersistentDefaults/observeCommits(queue:_:)``),
 /// so another process's commit is printed as fast as any observer gets it.
 ///
-/// With a prefix, it follows through ``PersistentDefaults/observe(prefix:queue:_:)`` and passes
-/// only the changes of keys under the prefix (records without any are left out).
+/// With a prefix, it passes only the changes of keys under the prefix (records without any are
+/// left out). It still follows every record, not through ``PersistentDefaults/observe(prefix:queue:_:)``:
+/// the prefix observer skips the commits outside its prefix, so the records it hands over have
+/// gaps anyway, and a run of records pruned before this process read them looked like such a
+/// skip — printed as if nothing were missing. The commit observer costs the same (both are woken
+/// by every commit of another process, see the wake-up channel).
 ///
 /// It opens the store itself, with an error handler of its own: an error that the library
 /// reports while it registers the observer or delivers (a malformed log key or record) ends
@@ -46,8 +50,7 @@ struct CommitFollower {
         inbox.wake(stop.wakeUp)
         // Registered before the log is read: every commit after the observer's start arrives in
         // the inbox, and the log read below holds everything up to (at least) that start.
-        let deliver: @Sendable (CommitRecord) -> Void = { inbox.append($0) }
-        let token = prefix.map { store.observe(prefix: $0, deliver) } ?? store.observeCommits(deliver)
+        let token = store.observeCommits { inbox.append($0) }
         defer { token.cancel() }
         var cursor = sequence
         while true {
@@ -56,8 +59,7 @@ struct CommitFollower {
             guard let first = records.first, let last = records.last else { break }
             try Self.checkNothingPruned(after: cursor, next: first.sequence)
             cursor = last.sequence
-            let shown = prefix.map { prefix in records.compactMap { $0.onlyChanges(under: prefix) } } ?? records
-            guard try handle(shown) else { return }
+            guard try handle(shown(records)) else { return }
         }
         while !stop.isRaised {
             var timeout = DispatchTime.distantFuture
@@ -70,14 +72,15 @@ struct CommitFollower {
             let records = delivered.filter { $0.sequence > cursor }
             // The commit observer skips a record only when it could not deliver it: one pruned
             // before this process read it, or one it could not read (the error reported, which
-            // then explains the gap); a prefix observer also skips every commit that changed no
-            // key under the prefix. Several deliveries can wait here at once, so a gap can be
+            // then explains the gap). Several deliveries can wait here at once, so a gap can be
             // between any two records, not only before the first: those before it are passed.
-            let gap = prefix == nil ? Self.firstGap(in: records, after: cursor) : nil
+            let gap = Self.firstGap(in: records, after: cursor)
             let contiguous = Array(records[..<(gap ?? records.endIndex)])
             if let last = contiguous.last {
                 cursor = last.sequence
-                guard try handle(contiguous) else { return }
+                // With a prefix, a run of commits outside it is no batch to hand over.
+                let batch = shown(contiguous)
+                if !batch.isEmpty { guard try handle(batch) else { return } }
             }
             if let gap {
                 if let error { throw error }
@@ -91,6 +94,13 @@ struct CommitFollower {
 }
 
 extension CommitFollower {
+    /// `records` as the follower shows them: with a prefix, only the changes under it, and only
+    /// the records that have some.
+    private func shown(_ records: [CommitRecord]) -> [CommitRecord] {
+        guard let prefix else { return records }
+        return records.compactMap { $0.onlyChanges(under: prefix) }
+    }
+
     /// The index of the first of `records` that does not follow the one before it (`cursor`
     /// for the first) by one sequence number; nil when none.
     static func firstGap(in records: [CommitRecord], after cursor: UInt64) -> Int? {

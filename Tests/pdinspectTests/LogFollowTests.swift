@@ -155,6 +155,68 @@ struct LiveFollowGapTests {
         #expect(gaps == [], "records skipped between those handed over")
     }
 
+    /// `watch --prefix` while this process's delivery is held up by a slow observer and #3…#5
+    /// are committed, the log keeping only the newest: the prefix observer hands over #5 alone,
+    /// and the follower, which looked for gaps only without a prefix (a prefix observer skips the
+    /// commits outside its prefix, so its records have gaps anyway), printed #5 as if #3 and #4,
+    /// both under the prefix, never existed.
+    @Test func aPrefixFollowerThatFellBehindThePrunedLogFailsInsteadOfSkippingRecords() throws {
+        let fixture = try TemporaryStore(seeded: false)
+        var options = PersistentDefaults.Options()
+        options.logRetention = 1
+        let store = try PersistentDefaults(path: fixture.path, options: options)
+        let key = PersistentDefaults.Key<Int>("p.counter", default: 0)
+        store[key] = 1
+
+        let blockedAtTwo = DispatchSemaphore(value: 0)
+        let releaseTwo = DispatchSemaphore(value: 0)
+        let twoReturned = DispatchSemaphore(value: 0)
+        let followed = DispatchSemaphore(value: 0)
+        let finished = DispatchSemaphore(value: 0)
+        let seen = Guarded<[UInt64]>([])
+        let outcome = Guarded<(any Error)?>(nil)
+        let blocker = store.observe(key) { change in
+            guard change.sequence == 2 else { return }
+            blockedAtTwo.signal()
+            _ = releaseTwo.wait(timeout: .now() + 30)
+        }
+        defer { blocker.cancel() }
+        Thread {
+            store[key] = 2
+            twoReturned.signal()
+        }.start()
+        try #require(blockedAtTwo.wait(timeout: .now() + 30) == .success)
+
+        let path = fixture.path
+        Thread {
+            do {
+                let console = Console(output: { _ in }, error: { _ in })
+                try CommitFollower(opening: path, in: Runner(console: console), prefix: "p.").follow(
+                    after: 1, until: .now + .seconds(30), stop: StopSignal(signals: [])
+                ) { records in
+                    let sequences = records.map(\.sequence)
+                    seen.withLock { $0 += sequences }
+                    // #2, read from the log after the follower's observer was registered.
+                    if sequences == [2] { followed.signal() }
+                    return !sequences.contains(5)
+                }
+            } catch {
+                outcome.withLock { $0 = error }
+            }
+            finished.signal()
+        }.start()
+        try #require(followed.wait(timeout: .now() + 30) == .success)
+        for value in 3...5 { store[key] = value }  // Each prunes all but the newest.
+        releaseTwo.signal()
+        try #require(twoReturned.wait(timeout: .now() + 30) == .success)
+        try #require(finished.wait(timeout: .now() + 30) == .success)
+
+        let sequences = seen.withLock { $0 }
+        let failure = outcome.withLock { $0 } as? CommandFailure
+        #expect(failure?.message.contains("records #3…#4 were pruned") == true, "handed over \(sequences)")
+        #expect(sequences == [2], "records skipped between those handed over")
+    }
+
     /// Whether the thread whose `/proc` directory is `task` sleeps (state `S`).
     private static func isSleeping(_ task: String) -> Bool {
         guard let stat = try? String(contentsOfFile: task + "/stat", encoding: .utf8),
