@@ -224,6 +224,54 @@ import Testing
         }
     }
 
+    /// A delivery compares the observed keys with the store (here: an unlogged write by Python's
+    /// `lmdb` it must stand in for) in the snapshot it read, after handing over the records of
+    /// that snapshot. A key observer registered meanwhile from a newer snapshot with the same log
+    /// end — the same sequence, but another unlogged write of its key — was compared with the
+    /// older snapshot all the same: it was told that its key went back from the value it started
+    /// with to the older one, and then forth again, though the store never changed after its start.
+    @Test(.enabled(if: pythonHasLMDB, "python3 cannot import lmdb (pip install lmdb)"))
+    func anObserverRegisteredFromANewerSnapshotIsNotComparedWithAnOlderOne() throws {
+        try withTemporaryDirectory { path throws in
+            var options = PersistentDefaults.Options()
+            options.fallbackCheckInterval = .seconds(3600)  // The writers below wake the watcher.
+            let store = try PersistentDefaults(path: path, options: options)
+            let key = PersistentDefaults.Key<Int>("k", default: 0)
+            let other = PersistentDefaults.Key<Int>("x", default: 0)
+            let first = Events<KeyChange<Int>>()
+            let firstToken = store.observe(key) { first.append($0) }
+            defer { firstToken.cancel() }
+            let blocked = DispatchSemaphore(value: 0)
+            let release = DispatchSemaphore(value: 0)
+            let blocker = store.observe(other) { change in
+                guard change.newValue == 2 else { return }
+                blocked.signal()
+                _ = release.wait(timeout: .now() + 30)
+            }
+            defer { blocker.cancel() }
+            // An unlogged write of k, then another process's logged commit of x, which wakes the
+            // watcher: it delivers x = 2 and compares k (5) in one snapshot, and x's observer holds
+            // it between the two.
+            #expect(try setIntBypassingTheLog(path, key: "k", value: 5) == 0)
+            try setFromAnotherProcess(path, "x", 2)
+            try #require(blocked.wait(timeout: .now() + 10) == .success)
+            // Another unlogged write of k, then an observer of k: it starts at 77, at x = 2's
+            // sequence, which the held delivery's comparison is at too.
+            #expect(try setIntBypassingTheLog(path, key: "k", value: 77) == 0)
+            let second = Events<KeyChange<Int>>()
+            let secondToken = store.observe(key) { second.append($0) }
+            defer { secondToken.cancel() }
+            release.signal()
+            // The next logged commit wakes the watcher, which finds the second unlogged write.
+            try setFromAnotherProcess(path, "x", 3)
+            #expect(first.wait(forCount: 2, timeout: 10))
+            #expect(first.all.map { [$0.oldValue, $0.newValue] } == [[0, 5], [5, 77]])
+            #expect(
+                second.all.isEmpty,
+                "told of changes after its start at 77: \(second.all.map { "\($0.oldValue) → \($0.newValue)" })")
+        }
+    }
+
     /// `ObserverRegistry.remove` lowered `interest`, found it equal to the observer count and then
     /// stored the mask of the observers it saw (a plain store). A registration that raised
     /// `interest` and OR-ed its bit into the mask in between was overwritten: the new observer's

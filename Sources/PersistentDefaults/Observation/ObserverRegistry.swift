@@ -37,6 +37,9 @@ final class ObserverRegistry: Sendable {
         var baseline: Baseline
         /// The sequence the baseline is as of; only later records are delivered.
         var position: UInt64
+        /// The LMDB transaction ID of the snapshot the observer started from (0 without a start):
+        /// a comparison made in an older snapshot is not for it (see `compare`).
+        let startTransaction: Int
         /// Registered inside `read { }` at a snapshot that delivery had passed (see `register`):
         /// left out of delivery until the records after its position are read again for it, so
         /// that the rest of a batch already under way does not skip the ones before.
@@ -233,8 +236,8 @@ final class ObserverRegistry: Sendable {
             }
             state.insert(
                 KeyObserver(
-                    baseline: baseline, position: position, awaitsReplay: awaitsReplay, activity: activity,
-                    handler: handler),
+                    baseline: baseline, position: position, startTransaction: start?.transactionID ?? 0,
+                    awaitsReplay: awaitsReplay, activity: activity, handler: handler),
                 id: id, name: name, bit: bit)
             registered(start?.bytes)
         }
@@ -629,12 +632,12 @@ final class ObserverRegistry: Sendable {
             let values =
                 compare || log.isIncomplete
                 ? try names.map { try core.encodedValue(named: $0, in: transaction) } : nil
-            return (log: log, values: values)
+            return (log: log, values: values, snapshot: transaction.id)
         }
         for damaged in batch.log.damaged { core.reporter.reportOnce(damaged) }
         for record in batch.log.records { dispatch(record) }
         if let values = batch.values {
-            self.compare(zip(names, values), at: batch.log.newest, placingThrough: lastID)
+            self.compare(zip(names, values), at: batch.log.newest, in: batch.snapshot, placingThrough: lastID)
         }
         finish(through: batch.log.newest)
     }
@@ -679,11 +682,19 @@ final class ObserverRegistry: Sendable {
         }
     }
 
-    /// Compares each observed key's observers with the store's bytes as of `sequence`.
-    /// Observers whose start could not be read start here if registered before the snapshot
-    /// (IDs up to `lastID`); a later one waits for the comparison its registration asked for.
+    /// Compares each observed key's observers with the store's bytes as of `sequence`, read in
+    /// the snapshot with transaction ID `snapshot`. Observers whose start could not be read start
+    /// here if registered before the snapshot (IDs up to `lastID`); a later one waits for the
+    /// comparison its registration asked for.
+    ///
+    /// A key observer that started from a newer snapshot than this one is left as it is: the log
+    /// can end at the same sequence in both, with a write that bypasses the log between them, and
+    /// this snapshot's bytes are then older than the observer's start — told to it as a change
+    /// back and, at the next comparison, forth again. What follows its own start reaches it as
+    /// for the others: records through delivery, unlogged writes through the watcher's count.
     private func compare(
-        _ values: some Sequence<([UInt8], [UInt8]?)>, at sequence: UInt64, placingThrough lastID: UInt64
+        _ values: some Sequence<([UInt8], [UInt8]?)>, at sequence: UInt64, in snapshot: Int,
+        placingThrough lastID: UInt64
     ) {
         let calls = state.withLock { state -> [Call] in
             state.dispatched = max(state.dispatched, sequence)
@@ -701,7 +712,8 @@ final class ObserverRegistry: Sendable {
             for (name, bytes) in values {
                 if registeredSince { listed.insert(name) }
                 calls += Self.advance(
-                    &state.keys[name], to: bytes, at: sequence, after: sequence, placingThrough: lastID)
+                    &state.keys[name], to: bytes, at: sequence, after: sequence, placingThrough: lastID,
+                    snapshot: snapshot)
             }
             // A key observer of a name that was not listed, registered after the list was made
             // from a snapshot older than this one, may have missed what this comparison stands in
@@ -742,14 +754,16 @@ final class ObserverRegistry: Sendable {
 
     /// Moves a key's observers positioned at or before `limit` to `bytes` at `sequence`;
     /// returns the calls to make for those to which that is a change. Observers without a
-    /// start take `bytes` as their baseline only with an ID up to `placingThrough`.
+    /// start take `bytes` as their baseline only with an ID up to `placingThrough`. With
+    /// `snapshot` (a comparison's), observers that started from a newer snapshot are left out.
     private static func advance(
         _ observers: inout [UInt64: KeyObserver]?, to bytes: [UInt8]?, at sequence: UInt64, after limit: UInt64,
-        placingThrough lastID: UInt64 = 0
+        placingThrough lastID: UInt64 = 0, snapshot: Int = .max
     ) -> [Call] {
         guard var all = observers else { return [] }
         var calls: [Call] = []
-        for (id, observer) in all where observer.position <= limit && !observer.awaitsReplay {
+        for (id, observer) in all
+        where observer.position <= limit && !observer.awaitsReplay && observer.startTransaction <= snapshot {
             // Without a start (its read failed), a comparison whose snapshot follows the
             // registration places an observer, never a record (0 from `dispatch`): records after
             // its position, and an earlier snapshot, may be older than its registration.
