@@ -89,6 +89,15 @@ extension PersistentDefaults {
     public func observe(
         prefix: String, queue: DispatchQueue? = nil, _ handler: @escaping @Sendable (CommitRecord) -> Void
     ) -> ObservationToken {
+        observe(prefix: prefix, queue: queue, handler, missed: nil)
+    }
+
+    /// `observe(prefix:queue:_:)`, calling `missed` where records it would have been given were
+    /// skipped (pruned before this process read them, or damaged).
+    private func observe(
+        prefix: String, queue: DispatchQueue? = nil, _ handler: @escaping @Sendable (CommitRecord) -> Void,
+        missed: (@Sendable () -> Void)?
+    ) -> ObservationToken {
         let bytes = Array(prefix.utf8)
         guard bytes.count <= Keys.maximumNameLength else {
             core.reporter.report(
@@ -98,7 +107,8 @@ extension PersistentDefaults {
         }
         let activity = ObserverRegistry.Activity()
         return core.observers.addPrefixObserver(
-            prefix: bytes, core: core, activity: activity, handler: Self.calling(handler, on: queue, while: activity))
+            prefix: bytes, core: core, activity: activity, handler: Self.calling(handler, on: queue, while: activity),
+            missed: missed)
     }
 
     /// The records of ``observe(prefix:queue:_:)`` as an `AsyncSequence`; loses no record.
@@ -111,15 +121,19 @@ extension PersistentDefaults {
     /// yet. A consumer that falls further behind is not given a record with a gap: the sequence
     /// ends after the last buffered record instead, and the consumer catches up with
     /// ``commits(after:limit:)`` from the last sequence it handled (while the log retains it)
-    /// before it asks for a new sequence. The sequence also ends when the store closes (its last
-    /// handle is released).
+    /// before it asks for a new sequence. The same when this process's delivery fell behind the
+    /// log's retention (records pruned before it read them; see ``Options/logRetention``) or met
+    /// a damaged record: the sequence ends after the last record before them. The sequence also
+    /// ends when the store closes (its last handle is released).
     public func updates(prefix: String, bufferLimit: Int = 10_000) -> AsyncStream<CommitRecord> {
         AsyncStream(bufferingPolicy: .bufferingOldest(max(bufferLimit, 1))) { continuation in
             let tokens = endingWithStore(continuation)
             tokens.hold(
-                observe(prefix: prefix) { record in
-                    if case .dropped = continuation.yield(record) { continuation.finish() }
-                })
+                observe(
+                    prefix: prefix,
+                    { record in
+                        if case .dropped = continuation.yield(record) { continuation.finish() }
+                    }, missed: { continuation.finish() }))
         }
     }
 

@@ -1,7 +1,8 @@
 import Foundation
 import PDTestSupport
-import PersistentDefaults
 import Testing
+
+@testable import PersistentDefaults
 
 @Suite struct PrefixObserverTests {
     private let maxConnections = PersistentDefaults.Key<Int>("fleet.maxConnections", default: 100)
@@ -97,6 +98,118 @@ import Testing
             #expect(sequences == [1, 2, 3, 4, 5])
             // The consumer resumes from the log.
             #expect(try store.commits(after: 5).map(\.sequence) == Array(6...10))
+        }
+    }
+
+    /// This process's delivery held up by a slow observer while #3…#5 are committed, the log
+    /// keeping only the newest: the stream, which "loses no record" and ends instead of giving a
+    /// gap, was handed #5 after #2, as if #3 and #4 (both under its prefix) never existed.
+    @Test func aStreamWhoseDeliveryFellBehindThePrunedLogEndsInsteadOfSkippingRecords() async throws {
+        try await withTemporaryDirectoryAsync { path in
+            var options = PersistentDefaults.Options()
+            options.logRetention = 1
+            options.durability = .bounded(interval: .seconds(10))
+            let store = try PersistentDefaults(path: path, options: options)
+            let key = PersistentDefaults.Key<Int>("fleet.counter", default: 0)
+            let stream = store.updates(prefix: "fleet.")
+            store[key] = 1
+            let blockedAtTwo = DispatchSemaphore(value: 0)
+            let releaseTwo = DispatchSemaphore(value: 0)
+            let twoReturned = DispatchSemaphore(value: 0)
+            // Key observers of a record are called before its prefix observers.
+            let blocker = store.observe(key) { change in
+                guard change.sequence == 2 else { return }
+                blockedAtTwo.signal()
+                _ = releaseTwo.wait(timeout: .now() + 30)
+            }
+            defer { blocker.cancel() }
+            Thread {
+                store[key] = 2
+                twoReturned.signal()
+            }.start()
+            #expect(blockedAtTwo.wait(timeout: .now() + 10) == .success)
+            for value in 3...5 { store[key] = value }  // Each prunes all but the newest.
+            releaseTwo.signal()
+            #expect(twoReturned.wait(timeout: .now() + 10) == .success)
+            store[key] = 6  // After the gap too: the loop below ends with or without the defect.
+            var sequences: [UInt64] = []
+            for await record in stream {
+                sequences.append(record.sequence)
+                if record.sequence == 6 { break }
+            }
+            #expect(sequences == [1, 2], "records after the gap were handed over")
+        }
+    }
+
+    /// Streams read while this process's threads and another process increment a counter in
+    /// every commit, with a log of 4 records and an observer that now and then holds delivery up,
+    /// so that records are pruned before this process reads them. Each consumer asks for a new
+    /// stream whenever one ends: each stream hands over an unbroken run of increments (it ends at
+    /// a gap, never skips one), and ended streams leave no observer behind.
+    @Test func streamsEndAtGapsAndNeverSkipUnderContention() async throws {
+        try await withTemporaryDirectoryAsync { path in
+            var options = PersistentDefaults.Options()
+            options.logRetention = 4
+            options.durability = .bounded(interval: .seconds(10))
+            options.fallbackCheckInterval = .milliseconds(20)
+            let store = try PersistentDefaults(path: path, options: options)
+            let counter = PersistentDefaults.Key<Int>("counter", default: 0)
+            let mirror = PersistentDefaults.Key<Int>("mirror", default: 0)
+            let slow = store.observe(counter) { change in
+                if change.newValue % 50 == 0 { usleep(2_000) }  // Load, not synchronisation.
+            }
+            defer { slow.cancel() }
+            let (threads, count) = (2, 300)
+            let total = 2 * threads * count  // This process's threads and the other process's.
+            let child = try ChildProcess(
+                fixture: ["hammer", path, "\(threads)", "\(count)"],
+                environment: ["PD_LOG_RETENTION": "4", "PD_DURABILITY": "bounded"])
+            let writers = DispatchGroup()
+            for _ in 0..<threads {
+                writers.enter()
+                Thread.detachNewThread {
+                    for _ in 0..<count {
+                        try? store.write { transaction in
+                            transaction[counter] += 1
+                            transaction[mirror] = transaction[counter]
+                        }
+                    }
+                    writers.leave()
+                }
+            }
+            var runs: [[Int]] = []
+            await withTaskGroup(of: [[Int]].self) { group in
+                for _ in 0..<4 {
+                    group.addTask {
+                        var runs: [[Int]] = []
+                        while (try? store.value(for: counter)) != total {
+                            let stream = store.updates(prefix: "")
+                            // No commit may follow: this stream would wait for ever.
+                            if (try? store.value(for: counter)) == total { break }
+                            var values: [Int] = []
+                            for await record in stream {
+                                let change = record.changes.first { $0.key == "counter" }
+                                guard case .int(let value)? = try? change?.storedValue() else { continue }
+                                values.append(Int(value))
+                                if value == total { break }
+                            }
+                            runs.append(values)
+                        }
+                        return runs
+                    }
+                }
+                for await found in group { runs += found }
+            }
+            writers.wait()
+            #expect(child.waitForExit() && child.process.terminationStatus == 0, "\(child.text)")
+            for values in runs {
+                let gaps = zip(values, values.dropFirst()).filter { $1 != $0 + 1 }
+                #expect(gaps.isEmpty, "a stream skipped increments: \(gaps.prefix(5))")
+            }
+            #expect(try store.value(for: counter) == total)
+            // Only the slow observer is left: ended streams cancelled theirs.
+            #expect(eventually(timeout: 5) { store.core.observers.observerCount == 1 })
+            print("streams: \(runs.count), records: \(runs.map(\.count).reduce(0, +))")
         }
     }
 

@@ -54,6 +54,9 @@ final class ObserverRegistry: Sendable {
         var position: UInt64
         let activity: Activity
         let handler: @Sendable (CommitRecord) -> Void
+        /// Called, in place of the records, when records after `position` are skipped: pruned
+        /// before this process read them, or damaged (see `skip`). Nil: they are skipped silently.
+        var missed: (@Sendable () -> Void)? = nil
     }
 
     private struct State {
@@ -263,13 +266,16 @@ final class ObserverRegistry: Sendable {
 
     /// Adds an observer of the changes to keys whose names start with `prefix` (UTF-8 bytes):
     /// one call per commit that changed at least one of them, with a record holding only those.
+    /// `missed` is called where records it would have been given are skipped (pruned before
+    /// this process read them, or damaged), before the records after them.
     func addPrefixObserver(
         prefix: [UInt8], core: StoreCore, activity: Activity = Activity(),
-        handler: @escaping @Sendable (CommitRecord) -> Void
+        handler: @escaping @Sendable (CommitRecord) -> Void, missed: (@Sendable () -> Void)? = nil
     ) -> ObservationToken {
         let id = register(core: core, readingKey: nil, wakingOn: WakeChannel.everyCommit) { state, id, start in
             state.insert(
-                CommitObserver(position: start?.sequence ?? .max, activity: activity, handler: handler),
+                CommitObserver(
+                    position: start?.sequence ?? .max, activity: activity, handler: handler, missed: missed),
                 id: id, prefix: prefix)
         }
         return ObservationToken { [weak self] in
@@ -635,11 +641,38 @@ final class ObserverRegistry: Sendable {
             return (log: log, values: values, snapshot: transaction.id)
         }
         for damaged in batch.log.damaged { core.reporter.reportOnce(damaged) }
-        for record in batch.log.records { dispatch(record) }
+        var gaps = batch.log.gaps[...]
+        for record in batch.log.records {
+            while let gap = gaps.first, gap < record.sequence {
+                skip(through: gap)
+                gaps.removeFirst()
+            }
+            dispatch(record)
+        }
+        for gap in gaps { skip(through: gap) }
         if let values = batch.values {
             self.compare(zip(names, values), at: batch.log.newest, in: batch.snapshot, placingThrough: lastID)
         }
         finish(through: batch.log.newest)
+    }
+
+    /// Passes records up to `sequence` that could not be delivered (pruned before this process
+    /// read them, or damaged): tells the commit and prefix observers positioned before it that
+    /// want to know (`missed`; the `updates(prefix:)` streams end there instead of handing over
+    /// the records after a gap). Key observers get the changes by the comparison that follows.
+    /// A gap in records read again for key observers (see `register`) is none for the others.
+    private func skip(through sequence: UInt64) {
+        let told = state.withLock { state -> [CommitObserver] in
+            guard sequence > state.dispatched else { return [] }
+            // A registration from an older snapshot reads again: it would miss them too.
+            state.dispatched = sequence
+            var told = state.commitObservers.values.filter { $0.missed != nil && $0.position < sequence }
+            for observers in state.prefixes.values {
+                told += observers.values.filter { $0.missed != nil && $0.position < sequence }
+            }
+            return told
+        }
+        for observer in told where observer.activity.isActive.load(ordering: .acquiring) { observer.missed?() }
     }
 
     /// Delivers one record: the key observers positioned before it, then the commit observers.
@@ -790,6 +823,8 @@ extension StoreCore {
         var newest: UInt64
         /// Whether a record after the start is missing or damaged.
         var isIncomplete = false
+        /// The last sequence of each run of missing or damaged records, in order.
+        var gaps: [UInt64] = []
     }
 
     /// Every record after `sequence` in `transaction`, in order; a record that is missing
@@ -798,7 +833,10 @@ extension StoreCore {
         var batch = LogBatch(newest: sequence)
         try forEachLogRecord(after: sequence, in: transaction) { number, record in
             if let number {
-                if number != batch.newest &+ 1 { batch.isIncomplete = true }
+                if number != batch.newest &+ 1 {
+                    batch.isIncomplete = true
+                    if number > batch.newest { batch.gaps.append(number - 1) }
+                }
                 batch.newest = number
             }
             switch record {
@@ -806,6 +844,7 @@ extension StoreCore {
             case .failure(let error):
                 batch.isIncomplete = true
                 batch.damaged.append(error)
+                if let number { batch.gaps.append(number) }
             }
             return true
         }
