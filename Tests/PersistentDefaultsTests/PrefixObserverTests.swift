@@ -113,24 +113,9 @@ import Testing
             let key = PersistentDefaults.Key<Int>("fleet.counter", default: 0)
             let stream = store.updates(prefix: "fleet.")
             store[key] = 1
-            let blockedAtTwo = DispatchSemaphore(value: 0)
-            let releaseTwo = DispatchSemaphore(value: 0)
-            let twoReturned = DispatchSemaphore(value: 0)
-            // Key observers of a record are called before its prefix observers.
-            let blocker = store.observe(key) { change in
-                guard change.sequence == 2 else { return }
-                blockedAtTwo.signal()
-                _ = releaseTwo.wait(timeout: .now() + 30)
+            try holdingDelivery(of: key, at: 2, committing: 2, in: store) {
+                for value in 3...5 { store[key] = value }  // Each prunes all but the newest.
             }
-            defer { blocker.cancel() }
-            Thread {
-                store[key] = 2
-                twoReturned.signal()
-            }.start()
-            #expect(blockedAtTwo.wait(timeout: .now() + 10) == .success)
-            for value in 3...5 { store[key] = value }  // Each prunes all but the newest.
-            releaseTwo.signal()
-            #expect(twoReturned.wait(timeout: .now() + 10) == .success)
             store[key] = 6  // After the gap too: the loop below ends with or without the defect.
             var sequences: [UInt64] = []
             for await record in stream {

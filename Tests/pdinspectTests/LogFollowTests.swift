@@ -168,47 +168,32 @@ struct LiveFollowGapTests {
         let key = PersistentDefaults.Key<Int>("p.counter", default: 0)
         store[key] = 1
 
-        let blockedAtTwo = DispatchSemaphore(value: 0)
-        let releaseTwo = DispatchSemaphore(value: 0)
-        let twoReturned = DispatchSemaphore(value: 0)
         let followed = DispatchSemaphore(value: 0)
         let finished = DispatchSemaphore(value: 0)
         let seen = Guarded<[UInt64]>([])
         let outcome = Guarded<(any Error)?>(nil)
-        let blocker = store.observe(key) { change in
-            guard change.sequence == 2 else { return }
-            blockedAtTwo.signal()
-            _ = releaseTwo.wait(timeout: .now() + 30)
-        }
-        defer { blocker.cancel() }
-        Thread {
-            store[key] = 2
-            twoReturned.signal()
-        }.start()
-        try #require(blockedAtTwo.wait(timeout: .now() + 30) == .success)
-
         let path = fixture.path
-        Thread {
-            do {
-                let console = Console(output: { _ in }, error: { _ in })
-                try CommitFollower(opening: path, in: Runner(console: console), prefix: "p.").follow(
-                    after: 1, until: .now + .seconds(30), stop: StopSignal(signals: [])
-                ) { records in
-                    let sequences = records.map(\.sequence)
-                    seen.withLock { $0 += sequences }
-                    // #2, read from the log after the follower's observer was registered.
-                    if sequences == [2] { followed.signal() }
-                    return !sequences.contains(5)
+        try holdingDelivery(of: key, at: 2, committing: 2, in: store) {
+            Thread {
+                do {
+                    let console = Console(output: { _ in }, error: { _ in })
+                    try CommitFollower(opening: path, in: Runner(console: console), prefix: "p.").follow(
+                        after: 1, until: .now + .seconds(30), stop: StopSignal(signals: [])
+                    ) { records in
+                        let sequences = records.map(\.sequence)
+                        seen.withLock { $0 += sequences }
+                        // #2, read from the log after the follower's observer was registered.
+                        if sequences == [2] { followed.signal() }
+                        return !sequences.contains(5)
+                    }
+                } catch {
+                    outcome.withLock { $0 = error }
                 }
-            } catch {
-                outcome.withLock { $0 = error }
-            }
-            finished.signal()
-        }.start()
-        try #require(followed.wait(timeout: .now() + 30) == .success)
-        for value in 3...5 { store[key] = value }  // Each prunes all but the newest.
-        releaseTwo.signal()
-        try #require(twoReturned.wait(timeout: .now() + 30) == .success)
+                finished.signal()
+            }.start()
+            try #require(followed.wait(timeout: .now() + 30) == .success)
+            for value in 3...5 { store[key] = value }  // Each prunes all but the newest.
+        }
         try #require(finished.wait(timeout: .now() + 30) == .success)
 
         let sequences = seen.withLock { $0 }
