@@ -19,8 +19,11 @@ import Foundation
 ///
 /// A request whose own input is wrong (a bad key name, a value that cannot be encoded or is
 /// larger than `Options.maxValueSize`) fails alone: it is validated before it joins, and an
-/// error of that kind inside the batch fails only its request. An LMDB or I/O failure of the transaction fails every request in it. A
-/// thread that writes while it leads (a key hook writing the store) writes directly.
+/// error of that kind inside the batch fails only its request. When the transaction itself fails
+/// (an LMDB or I/O error: a full disk or map, a file-size limit), which one large request can
+/// cause alone, each request of the batch is committed again on its own, in order: those that
+/// fit commit, each with its own record, and only those that do not fail. A thread that writes
+/// while it leads (a key hook writing the store) writes directly.
 ///
 /// The locks are Foundation's (`NSLock`, `NSCondition`, both `pthread` based) rather than
 /// `Synchronization.Mutex`, so that ThreadSanitizer, which cannot see the prebuilt `Mutex`, can
@@ -141,22 +144,17 @@ final class GroupCommit: Sendable {
             defer { state.queue.removeAll() }
             return state.queue
         }
-        var outcomes = [Outcome](repeating: Outcome(), count: batch.count)
+        let outcomes: [Outcome]
         do {
-            let (_, record) = try core.commit(sizeHint: batch.reduce(0) { $0 + $1.sizeHint }) { transaction in
-                for index in batch.indices {
-                    // Reset on every run: the body runs again when the map had to grow.
-                    outcomes[index] = Outcome()
-                    do {
-                        try batch[index].operation(transaction)
-                    } catch let error as PersistentDefaultsError where error.concernsOnlyItsRequest {
-                        outcomes[index].error = error
-                    }
+            outcomes = try commit(batch, core)
+        } catch let batchError {
+            // Requests that fit alone are not failed by one that does not (a full disk, say).
+            outcomes =
+                batch.count == 1
+                ? [Outcome(error: batchError)]
+                : batch.map { request in
+                    do { return try commit([request], core)[0] } catch { return Outcome(error: error) }
                 }
-            }
-            for index in batch.indices where outcomes[index].error == nil { outcomes[index].record = record }
-        } catch {
-            outcomes = [Outcome](repeating: Outcome(error: error), count: batch.count)
         }
         let next = withState { state -> Request? in
             state.leader = nil
@@ -169,6 +167,30 @@ final class GroupCommit: Sendable {
         next?.answer(leads: true)
         for (request, outcome) in zip(batch, outcomes) { request.answer(outcome) }
     }
+}
+
+extension GroupCommit {
+    /// Commits `requests` in one write transaction; returns each one's outcome (its own input's
+    /// error, or the commit's record). Throws when the transaction fails.
+    private func commit(_ requests: [Request], _ core: StoreCore) throws -> [Outcome] {
+        var outcomes = [Outcome](repeating: Outcome(), count: requests.count)
+        let (_, record) = try core.commit(sizeHint: requests.reduce(0) { $0 + $1.sizeHint }) { transaction in
+            for index in requests.indices {
+                // Reset on every run: the body runs again when the map had to grow.
+                outcomes[index] = Outcome()
+                do {
+                    try requests[index].operation(transaction)
+                } catch let error as PersistentDefaultsError where error.concernsOnlyItsRequest {
+                    outcomes[index].error = error
+                }
+            }
+        }
+        for index in requests.indices where outcomes[index].error == nil { outcomes[index].record = record }
+        return outcomes
+    }
+
+    /// Whether a thread leads, and how many requests wait for the next batch (for tests).
+    var leadAndQueue: (isLeading: Bool, queued: Int) { withState { ($0.isLeading, $0.queue.count) } }
 }
 
 extension PersistentDefaultsError {

@@ -5,6 +5,66 @@ import Testing
 @testable import PersistentDefaults
 
 @Suite struct GroupCommitBatchFailureTests {
+    /// A batch whose transaction fails as a whole, because one request's value does not fit on
+    /// the nearly full disk, failed every request in it: two small sets of other threads, which
+    /// fit, got `ENOSPC` too. Each request of such a batch is now committed again on its own: the
+    /// small ones commit, each with its own record, and only the large one fails. The batch is
+    /// made by holding LMDB's writer lock in a `write { }` while one set leads (its batch waits
+    /// for the lock) and the three others queue behind it.
+    @Test(.enabled(if: canMountTmpfs, "mounting a tmpfs needs root with CAP_SYS_ADMIN"))
+    func aBatchThatFailsOnAFullDiskFailsOnlyTheRequestsThatDoNotFitAlone() throws {
+        try withTemporaryDirectory { mount throws in
+            try FileManager.default.createDirectory(atPath: mount, withIntermediateDirectories: false)
+            #expect(try command("/bin/mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", mount]) == 0)
+            defer { _ = try? command("/bin/umount", [mount]) }
+            let store = try PersistentDefaults(path: mount + "/store")
+            let small = (0..<3).map { PersistentDefaults.Key<Int>("small.\($0)", default: 0) }
+            let large = PersistentDefaults.Key<Data>("large", default: Data())
+            for key in small { store[key] = 1 }
+            let free = try #require(
+                try FileManager.default.attributesOfFileSystem(forPath: mount)[.systemFreeSize] as? NSNumber)
+            try Data(count: free.intValue - (128 << 10)).write(to: URL(fileURLWithPath: mount + "/filler"))
+            let start = try store.lastSequence()
+
+            let holding = DispatchSemaphore(value: 0)
+            let release = DispatchSemaphore(value: 0)
+            let done = DispatchGroup()
+            done.enter()
+            Thread {
+                defer { done.leave() }
+                try? store.write { _ in
+                    holding.signal()
+                    _ = release.wait(timeout: .now() + 30)
+                }
+            }.start()
+            try #require(holding.wait(timeout: .now() + 10) == .success)
+            let errors = Guarded<[String: String]>([:])
+            func set(_ name: String, _ body: @escaping @Sendable () throws -> Void) {
+                done.enter()
+                Thread {
+                    defer { done.leave() }
+                    do { try body() } catch { errors.withLock { $0[name] = "\(error)" } }
+                }.start()
+            }
+            set("leader") { try store.set(2, for: small[0]) }
+            try #require(eventually(timeout: 10) { store.core.groupCommit.leadAndQueue == (true, 0) })
+            set("large") { try store.set(Data(repeating: 7, count: 512 << 10), for: large) }
+            set("small.1") { try store.set(2, for: small[1]) }
+            set("small.2") { try store.set(2, for: small[2]) }
+            try #require(eventually(timeout: 10) { store.core.groupCommit.leadAndQueue.queued == 3 })
+            release.signal()
+            try #require(done.wait(timeout: .now() + 30) == .success)
+
+            let failed = errors.withLock { $0 }
+            #expect(failed.keys.sorted() == ["large"], "\(failed)")
+            #expect(failed["large"]?.contains("No space left") == true, "\(failed)")
+            #expect(small.map { store[$0] } == [2, 2, 2])
+            #expect(store[large].isEmpty)
+            #expect(try store.lastSequence() == start + 3, "one commit each: the leader's and the two small ones")
+            #expect(try store.verify().isEmpty)
+        }
+    }
+
     /// A batch whose requests include sets of keys a mirror owns: those fail alone with
     /// `ownedByMirror`, the others commit with consecutive sequences, each value once, in order.
     @Test func aMirrorOwnedSetInABatchFailsAloneAndTheOthersGetConsecutiveSequences() throws {

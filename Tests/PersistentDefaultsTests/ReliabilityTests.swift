@@ -4,8 +4,9 @@ import PersistentDefaults
 import Synchronization
 import Testing
 
-/// Whether this process may mount a tmpfs (root with CAP_SYS_ADMIN), tried once.
-private let canMountTmpfs: Bool = {
+/// Whether this process may mount a tmpfs (root with CAP_SYS_ADMIN), tried once; for the tests
+/// that need a small file system (a full disk).
+let canMountTmpfs: Bool = {
     guard geteuid() == 0 else { return false }
     let probe = temporaryPath("pd-probe")
     defer { try? FileManager.default.removeItem(atPath: probe) }
@@ -16,8 +17,9 @@ private let canMountTmpfs: Bool = {
     return true
 }()
 
+/// Runs `path` with `arguments`; returns its exit status.
 @discardableResult
-private func command(_ path: String, _ arguments: [String]) throws -> Int32 {
+func command(_ path: String, _ arguments: [String]) throws -> Int32 {
     try runProcess(URL(fileURLWithPath: path), arguments).status
 }
 
