@@ -16,7 +16,9 @@ import Testing
         try withTemporaryDirectory { mount throws in
             try FileManager.default.createDirectory(atPath: mount, withIntermediateDirectories: false)
             #expect(try command("/bin/mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", mount]) == 0)
-            defer { _ = try? command("/bin/umount", [mount]) }
+            // Until the store is closed (the threads below may hold it a moment longer) the
+            // unmount fails as busy.
+            defer { _ = eventually(timeout: 10) { (try? command("/bin/umount", [mount])) == 0 } }
             let store = try PersistentDefaults(path: mount + "/store")
             let small = (0..<3).map { PersistentDefaults.Key<Int>("small.\($0)", default: 0) }
             let large = PersistentDefaults.Key<Data>("large", default: Data())

@@ -121,7 +121,7 @@ private struct HookedRaw: RawRepresentable, Codable, Equatable, Sendable {
             #expect(
                 finishes {
                     let done = DispatchSemaphore(value: 0)
-                    Task {
+                    Task(executorPreference: ThreadTaskExecutor.shared) {
                         for await value in store.updates(for: key) {
                             first.withLock { $0 = value.number }
                             break
@@ -137,7 +137,7 @@ private struct HookedRaw: RawRepresentable, Codable, Equatable, Sendable {
                 finishes {
                     let done = DispatchSemaphore(value: 0)
                     let ready = DispatchSemaphore(value: 0)
-                    Task {
+                    Task(executorPreference: ThreadTaskExecutor.shared) {
                         var count = 0
                         for await value in store.updates(for: key) {
                             seen.withLock { $0.append(value.number) }
