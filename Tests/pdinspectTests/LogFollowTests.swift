@@ -84,21 +84,10 @@ struct LiveFollowGapTests {
         let firstBatch = DispatchSemaphore(value: 0)
         let holding = DispatchSemaphore(value: 0)
         let releaseHandle = DispatchSemaphore(value: 0)
-        let blockedAtThree = DispatchSemaphore(value: 0)
-        let releaseThree = DispatchSemaphore(value: 0)
-        let threeReturned = DispatchSemaphore(value: 0)
         let finished = DispatchSemaphore(value: 0)
         let followerThread = Guarded<String?>(nil)
         let seen = Guarded<[UInt64]>([])
         let outcome = Guarded<(any Error)?>(nil)
-
-        // Dispatched before commit observers: the follower's observer gets #3 only after it.
-        let blocker = store.observe(Self.counter) { change in
-            guard change.sequence == 3 else { return }
-            blockedAtThree.signal()
-            _ = releaseThree.wait(timeout: .now() + 30)
-        }
-        defer { blocker.cancel() }
 
         let path = fixture.path
         Thread {
@@ -137,14 +126,11 @@ struct LiveFollowGapTests {
         store[Self.counter] = 2
         try #require(holding.wait(timeout: .now() + 30) == .success)
 
-        Thread {
-            store[Self.counter] = 3
-            threeReturned.signal()
-        }.start()
-        try #require(blockedAtThree.wait(timeout: .now() + 30) == .success)
-        for value in 4...6 { store[Self.counter] = value }  // Each prunes all but the newest.
-        releaseThree.signal()
-        try #require(threeReturned.wait(timeout: .now() + 30) == .success)
+        // Key observers are called before commit observers: the follower's observer gets #3 only
+        // after the hold.
+        try holdingDelivery(of: Self.counter, at: 3, committing: 3, in: store) {
+            for value in 4...6 { store[Self.counter] = value }  // Each prunes all but the newest.
+        }
         releaseHandle.signal()
         try #require(finished.wait(timeout: .now() + 60) == .success)
 
